@@ -1,0 +1,324 @@
+//! The client commands: `append`, `tail`, `sessions`, `query`, `stats`.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, Write};
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context as _, anyhow, bail};
+use clap::Args;
+use dstream_sdk::protocol::QueryParams;
+use dstream_sdk::{Client, Event, NewEvent, SubscriptionItem};
+use serde::Deserialize;
+
+use super::ClientOpts;
+use super::output;
+
+/// Appends in flight at once for `dstream append`.
+const APPEND_WINDOW: usize = 256;
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
+
+async fn connect(opts: &ClientOpts) -> anyhow::Result<Client> {
+    let path = opts
+        .socket
+        .clone()
+        .unwrap_or_else(dstream_sdk::socket::default_socket_path);
+    Ok(Client::connect(path).await?)
+}
+
+fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer(&mut out, value)?;
+    writeln!(out)?;
+    Ok(())
+}
+
+#[derive(Args)]
+pub struct AppendArgs {
+    /// Session for lines that are bare events; a line may instead be
+    /// `{"session_id": "...", "event": {...}}`.
+    #[arg(long)]
+    session: Option<String>,
+    #[command(flatten)]
+    opts: ClientOpts,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum AppendLine {
+    Addressed { session_id: String, event: NewEvent },
+    Bare(NewEvent),
+}
+
+/// Reads events from stdin, one JSON object per line, and appends them in order. Stops at the
+/// first line that is not valid or is refused, saying which line and why.
+pub fn append(args: AppendArgs) -> anyhow::Result<ExitCode> {
+    runtime()?.block_on(async {
+        let client = connect(&args.opts).await?;
+        let mut in_flight = VecDeque::new();
+        let mut appended = 0u64;
+        let mut range: Option<(u64, u64)> = None;
+        let mut failure = None;
+        let stdin = std::io::stdin();
+        for (n, line) in stdin.lock().lines().enumerate() {
+            let line_no = n + 1;
+            let line = line.context("reading stdin")?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let (session, event) = match serde_json::from_str::<AppendLine>(&line) {
+                Ok(AppendLine::Addressed { session_id, event }) => (session_id, event),
+                Ok(AppendLine::Bare(event)) => match &args.session {
+                    Some(s) => (s.clone(), event),
+                    None => {
+                        failure = Some(anyhow!("line {line_no}: no session: pass --session or give {{\"session_id\", \"event\"}}"));
+                        break;
+                    }
+                },
+                Err(e) => {
+                    failure = Some(anyhow!("line {line_no}: not an event: {e}"));
+                    break;
+                }
+            };
+            in_flight.push_back((line_no, client.append_pipelined(&session, event)?));
+            if in_flight.len() >= APPEND_WINDOW {
+                let (line_no, ack) = in_flight.pop_front().unwrap();
+                if let Err(e) = report(line_no, ack.await, &args.opts, &mut appended, &mut range) {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        // Whatever was sent is settled and reported, even after a failure.
+        while let Some((line_no, ack)) = in_flight.pop_front() {
+            if let Err(e) = report(line_no, ack.await, &args.opts, &mut appended, &mut range) {
+                failure.get_or_insert(e);
+            }
+        }
+        if !args.opts.json {
+            match range {
+                Some((lo, hi)) => eprintln!("appended {appended} events (lsn {lo}..{hi})"),
+                None => eprintln!("appended {appended} events"),
+            }
+        }
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(ExitCode::SUCCESS),
+        }
+    })
+}
+
+fn report(
+    line_no: usize,
+    ack: Result<dstream_sdk::protocol::AppendResult, dstream_sdk::Error>,
+    opts: &ClientOpts,
+    appended: &mut u64,
+    range: &mut Option<(u64, u64)>,
+) -> anyhow::Result<()> {
+    let ack = ack.map_err(|e| anyhow!("line {line_no}: {e}"))?;
+    *appended += 1;
+    let (lo, hi) = range.get_or_insert((ack.lsn, ack.lsn));
+    *lo = (*lo).min(ack.lsn);
+    *hi = (*hi).max(ack.lsn);
+    if opts.json {
+        print_json(&serde_json::json!({"line": line_no, "lsn": ack.lsn, "id": ack.id}))?;
+    }
+    Ok(())
+}
+
+#[derive(Args)]
+pub struct TailArgs {
+    session: String,
+    /// First LSN to print.
+    #[arg(long, default_value_t = 1)]
+    from: u64,
+    /// Keep printing new events as they are appended.
+    #[arg(long, short = 'f')]
+    follow: bool,
+    #[command(flatten)]
+    opts: ClientOpts,
+}
+
+fn print_event(e: &Event, json: bool, with_session: bool) -> anyhow::Result<()> {
+    if json {
+        return print_json(e);
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", output::event_line(e, with_session))?;
+    Ok(())
+}
+
+pub fn tail(args: TailArgs) -> anyhow::Result<ExitCode> {
+    runtime()?.block_on(async {
+        let client = connect(&args.opts).await?;
+        if !args.follow {
+            let mut from = args.from;
+            loop {
+                let page = client.read(&args.session, from, None).await?;
+                for e in &page.events {
+                    print_event(e, args.opts.json, false)?;
+                }
+                from = page.next_lsn;
+                if page.up_to_date {
+                    return Ok(ExitCode::SUCCESS);
+                }
+            }
+        }
+        let mut sub = client.subscribe(&args.session, args.from).await?;
+        while let Some(item) = sub.next().await {
+            match item? {
+                SubscriptionItem::Event(e) => print_event(&e, args.opts.json, false)?,
+                SubscriptionItem::Lagged { last_sent_lsn } => tracing_note(&format!(
+                    "fell behind after lsn {last_sent_lsn}; catching up from disk"
+                )),
+                SubscriptionItem::CaughtUp { .. } | SubscriptionItem::Heartbeat { .. } => {}
+            }
+        }
+        bail!("the daemon closed the connection")
+    })
+}
+
+fn tracing_note(msg: &str) {
+    eprintln!("dstream: {msg}");
+}
+
+#[derive(Args)]
+pub struct SessionsArgs {
+    #[command(flatten)]
+    opts: ClientOpts,
+}
+
+pub fn sessions(args: SessionsArgs) -> anyhow::Result<ExitCode> {
+    runtime()?.block_on(async {
+        let sessions = connect(&args.opts).await?.sessions().await?;
+        if args.opts.json {
+            for s in &sessions {
+                print_json(s)?;
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        if sessions.is_empty() {
+            println!("no sessions");
+            return Ok(ExitCode::SUCCESS);
+        }
+        println!(
+            "{:<40} {:>8} {:>10}  {:<24}  STREAM",
+            "SESSION", "EVENTS", "SIZE", "LAST EVENT"
+        );
+        for s in &sessions {
+            let stream = if s.stream_id == s.session_id {
+                "-"
+            } else {
+                &s.stream_id
+            };
+            println!(
+                "{:<40} {:>8} {:>10}  {:<24}  {stream}",
+                s.session_id,
+                s.last_lsn,
+                output::bytes(s.bytes),
+                output::time(s.last_ts)
+            );
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+#[derive(Args)]
+pub struct QueryArgs {
+    /// Only this session.
+    #[arg(long)]
+    session: Option<String>,
+    /// Only this lineage (root session), across its child sessions.
+    #[arg(long)]
+    stream: Option<String>,
+    /// Only types starting with this, e.g. `execution.` or `checkpoint.requested`.
+    #[arg(long = "type")]
+    type_prefix: Option<String>,
+    #[arg(long)]
+    actor: Option<String>,
+    /// From this time on: an RFC 3339 time, milliseconds since the epoch, or an age like `10m`.
+    #[arg(long)]
+    since: Option<String>,
+    /// Before this time (same forms as --since).
+    #[arg(long)]
+    until: Option<String>,
+    #[arg(long)]
+    limit: Option<usize>,
+    #[command(flatten)]
+    opts: ClientOpts,
+}
+
+/// Parses `1763719200123`, `2026-11-21T10:00:00Z` or an age such as `15m` into epoch ms.
+fn parse_time(s: &str) -> anyhow::Result<u64> {
+    if let Ok(ms) = s.parse::<u64>() {
+        return Ok(ms);
+    }
+    if let Ok(t) = humantime::parse_rfc3339_weak(s) {
+        return Ok(t.duration_since(UNIX_EPOCH)?.as_millis() as u64);
+    }
+    let age: Duration = humantime::parse_duration(s)
+        .map_err(|_| anyhow!("{s:?} is not a time (RFC 3339, epoch ms) or an age like 10m"))?;
+    Ok(SystemTime::now()
+        .checked_sub(age)
+        .unwrap_or(UNIX_EPOCH)
+        .duration_since(UNIX_EPOCH)?
+        .as_millis() as u64)
+}
+
+pub fn query(args: QueryArgs) -> anyhow::Result<ExitCode> {
+    let params = QueryParams {
+        session_id: args.session,
+        stream_id: args.stream,
+        type_prefix: args.type_prefix,
+        actor: args.actor,
+        since_ms: args.since.as_deref().map(parse_time).transpose()?,
+        until_ms: args.until.as_deref().map(parse_time).transpose()?,
+        limit: args.limit,
+    };
+    runtime()?.block_on(async {
+        let result = connect(&args.opts).await?.query(&params).await?;
+        for e in &result.events {
+            print_event(e, args.opts.json, true)?;
+        }
+        if result.truncated {
+            eprintln!("dstream: more events matched; raise --limit or narrow the query");
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+#[derive(Args)]
+pub struct StatsArgs {
+    #[command(flatten)]
+    opts: ClientOpts,
+}
+
+pub fn stats(args: StatsArgs) -> anyhow::Result<ExitCode> {
+    runtime()?.block_on(async {
+        let client = connect(&args.opts).await?;
+        let stats = client.call_raw("stats", serde_json::json!({})).await?;
+        if args.opts.json {
+            print_json(&stats)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        let Some(map) = stats.as_object() else {
+            bail!("unexpected stats reply: {stats}")
+        };
+        for (key, value) in map {
+            let shown = match (key.as_str(), value.as_u64()) {
+                ("rss_bytes" | "bytes_written", Some(n)) => output::bytes(n),
+                ("uptime_ms", Some(n)) => {
+                    humantime::format_duration(Duration::from_secs(n / 1000)).to_string()
+                }
+                _ => value.to_string().trim_matches('"').to_string(),
+            };
+            println!("{key:<22} {shown}");
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}

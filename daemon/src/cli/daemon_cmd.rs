@@ -1,0 +1,70 @@
+//! `dstream daemon`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Args;
+use dstream_daemon::Config;
+
+#[derive(Args)]
+pub struct DaemonArgs {
+    /// Configuration file; keys it leaves out keep their defaults (see config.toml).
+    #[arg(long, env = "DSTREAM_CONFIG")]
+    config: Option<PathBuf>,
+    /// Socket path [env: DSTREAM_SOCKET; overrides the config file].
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Data directory [env: DSTREAM_DATA_DIR; overrides the config file].
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+}
+
+fn env_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+pub fn run(args: DaemonArgs) -> anyhow::Result<ExitCode> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let mut config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    // Flags, then the environment, override the file.
+    if let Some(socket) = args.socket.or_else(|| env_path("DSTREAM_SOCKET")) {
+        config.daemon.socket = socket;
+    }
+    if let Some(dir) = args.data_dir.or_else(|| env_path("DSTREAM_DATA_DIR")) {
+        config.daemon.data_dir = dir;
+    }
+    raise_open_file_limit();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(dstream_daemon::run(config))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Each active session holds its log open; lift the soft limit on open files to the hard one.
+fn raise_open_file_limit() {
+    #[cfg(unix)]
+    unsafe {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! Command-line interface: argument definitions and dispatch.
+
+mod client_cmds;
+mod daemon_cmd;
+mod output;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "dstream",
+    version,
+    about = "Durable event logs and a human brake for coding agents"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// `--socket` and `--json`, shared by every client command.
+#[derive(Args, Clone)]
+pub struct ClientOpts {
+    /// Socket of the daemon [default: $DSTREAM_SOCKET, else $XDG_RUNTIME_DIR/dstream/dstream.sock, else ~/.dstream/dstream.sock]
+    #[arg(long, global = true)]
+    pub socket: Option<PathBuf>,
+    /// Print JSON (one object per line) instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the daemon in the foreground (stops cleanly on SIGINT/SIGTERM).
+    Daemon(daemon_cmd::DaemonArgs),
+    /// Append events read as JSON lines from stdin.
+    Append(client_cmds::AppendArgs),
+    /// Print a session's events, optionally following new ones.
+    Tail(client_cmds::TailArgs),
+    /// List sessions, most recently active first.
+    Sessions(client_cmds::SessionsArgs),
+    /// Find events across sessions by session, lineage, type, actor and time.
+    Query(client_cmds::QueryArgs),
+    /// Show the daemon's counters.
+    Stats(client_cmds::StatsArgs),
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if !matches!(cli.command, Command::Daemon(_)) {
+        // Client output piped into `head` should end quietly, as other Unix tools do.
+        #[cfg(unix)]
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
+    let result = match cli.command {
+        Command::Daemon(args) => daemon_cmd::run(args),
+        Command::Append(args) => client_cmds::append(args),
+        Command::Tail(args) => client_cmds::tail(args),
+        Command::Sessions(args) => client_cmds::sessions(args),
+        Command::Query(args) => client_cmds::query(args),
+        Command::Stats(args) => client_cmds::stats(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("dstream: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! Configuration: the documented defaults embedded from the repository's `config.toml`, a
+//! user's file over them, then environment variables and flags over that.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The default configuration, the same text as the documented `config.toml`.
+pub const DEFAULT_CONFIG: &str = include_str!("../../config.toml");
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub daemon: DaemonConfig,
+    pub store: StoreConfig,
+    pub read: ReadConfig,
+    pub subscriptions: SubscriptionConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DaemonConfig {
+    pub socket: PathBuf,
+    pub data_dir: PathBuf,
+    pub max_frame_bytes: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FsyncPolicy {
+    Always,
+    Interval,
+    Never,
+}
+
+impl FsyncPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FsyncPolicy::Always => "always",
+            FsyncPolicy::Interval => "interval",
+            FsyncPolicy::Never => "never",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    pub fsync: FsyncPolicy,
+    pub fsync_interval_ms: u64,
+    pub index_interval_bytes: u64,
+    pub verify_on_start: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReadConfig {
+    pub default_limit: usize,
+    pub max_limit: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubscriptionConfig {
+    pub live_buffer: usize,
+    pub outbound_frames: usize,
+    pub heartbeat_ms: u64,
+}
+
+/// A configuration that could not be used; the message names the file and the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {}: {message}", path.display())]
+    Syntax { path: PathBuf, message: String },
+    #[error("config file {}: key `{key}`: {message}", path.display())]
+    Key {
+        path: PathBuf,
+        key: String,
+        message: String,
+    },
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config::from_toml_str(DEFAULT_CONFIG, Path::new("<built-in config.toml>"))
+            .expect("the embedded config.toml is valid")
+    }
+}
+
+impl Config {
+    /// Loads `path` over the embedded defaults.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.into(),
+            source,
+        })?;
+        Config::from_toml_str(&text, path)
+    }
+
+    /// Parses `text` (a whole or partial config) over the embedded defaults.
+    pub fn from_toml_str(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let syntax = |e: toml::de::Error| ConfigError::Syntax {
+            path: path.into(),
+            message: e.message().to_string(),
+        };
+        let mut merged: toml::Table = toml::from_str(DEFAULT_CONFIG).map_err(syntax)?;
+        let user: toml::Table = toml::from_str(text).map_err(syntax)?;
+        merge(&mut merged, user);
+        let config: Config =
+            serde_path_to_error::deserialize(toml::Value::Table(merged)).map_err(|e| {
+                let message = e.inner().message().to_string();
+                let mut key = e.path().to_string();
+                // serde reports an unknown key at its parent table; name the key itself.
+                if let Some(name) = message
+                    .strip_prefix("unknown field `")
+                    .and_then(|m| m.split('`').next())
+                {
+                    key = if key == "." {
+                        name.to_string()
+                    } else {
+                        format!("{key}.{name}")
+                    };
+                }
+                ConfigError::Key {
+                    path: path.into(),
+                    key,
+                    message,
+                }
+            })?;
+        config.validate(path)?;
+        Ok(config)
+    }
+
+    fn validate(&self, path: &Path) -> Result<(), ConfigError> {
+        let bad = |key: &str, message: &str| {
+            Err(ConfigError::Key {
+                path: path.into(),
+                key: key.into(),
+                message: message.into(),
+            })
+        };
+        if self.daemon.max_frame_bytes < 1024 {
+            return bad("daemon.max_frame_bytes", "must be at least 1024");
+        }
+        if self.store.fsync_interval_ms == 0 {
+            return bad("store.fsync_interval_ms", "must be at least 1");
+        }
+        if self.store.index_interval_bytes == 0 {
+            return bad("store.index_interval_bytes", "must be at least 1");
+        }
+        if self.read.default_limit == 0 || self.read.default_limit > self.read.max_limit {
+            return bad("read.default_limit", "must be between 1 and read.max_limit");
+        }
+        if self.subscriptions.live_buffer == 0 {
+            return bad("subscriptions.live_buffer", "must be at least 1");
+        }
+        if self.subscriptions.outbound_frames == 0 {
+            return bad("subscriptions.outbound_frames", "must be at least 1");
+        }
+        if self.subscriptions.heartbeat_ms == 0 {
+            return bad("subscriptions.heartbeat_ms", "must be at least 1");
+        }
+        Ok(())
+    }
+
+    /// The socket path in force: the configured one, else the platform default.
+    pub fn socket_path(&self) -> PathBuf {
+        if self.daemon.socket.as_os_str().is_empty() {
+            dstream_sdk::socket::default_socket_path()
+        } else {
+            self.daemon.socket.clone()
+        }
+    }
+
+    /// The data directory in force: the configured one, else `$XDG_DATA_HOME/dstream`, else
+    /// `~/.dstream/data`.
+    pub fn data_dir(&self) -> PathBuf {
+        if !self.daemon.data_dir.as_os_str().is_empty() {
+            return self.daemon.data_dir.clone();
+        }
+        match std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+            Some(dir) => PathBuf::from(dir).join("dstream"),
+            None => dstream_sdk::socket::home_dir()
+                .join(".dstream")
+                .join("data"),
+        }
+    }
+}
+
+/// Overlays `over` onto `base`, table by table, so a user file may set single keys.
+fn merge(base: &mut toml::Table, over: toml::Table) {
+    for (key, value) in over {
+        match (base.get_mut(&key), value) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            (_, value) => {
+                base.insert(key, value);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_defaults_parse() {
+        let c = Config::default();
+        assert_eq!(c.store.fsync, FsyncPolicy::Always);
+        assert_eq!(c.daemon.max_frame_bytes, 16 * 1024 * 1024);
+    }
+
+    #[test]
+    fn a_partial_file_overrides_only_its_keys() {
+        let c =
+            Config::from_toml_str("[store]\nfsync = \"interval\"\n", Path::new("x.toml")).unwrap();
+        assert_eq!(c.store.fsync, FsyncPolicy::Interval);
+        assert_eq!(
+            c.store.fsync_interval_ms,
+            Config::default().store.fsync_interval_ms
+        );
+    }
+
+    #[test]
+    fn errors_name_the_key_and_the_file() {
+        let e = Config::from_toml_str("[store]\nfsync = \"sometimes\"\n", Path::new("/etc/d.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("store.fsync") && e.contains("/etc/d.toml"),
+            "{e}"
+        );
+        let e = Config::from_toml_str("[store]\nfsyncc = 1\n", Path::new("/etc/d.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("fsyncc") && e.contains("/etc/d.toml"), "{e}");
+        let e = Config::from_toml_str("[read]\ndefault_limit = 0\n", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("read.default_limit"), "{e}");
+    }
+}

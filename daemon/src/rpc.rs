@@ -1,0 +1,455 @@
+//! JSON-RPC parsing, method dispatch and reply encoding.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use dstream_sdk::RpcError;
+use dstream_sdk::protocol::{self, HelloResult, PROTOCOL_VERSION, SessionInfo, StatsResult, codes};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
+
+use crate::connection::Connection;
+use crate::server::Context;
+use crate::store::{EventJson, NewEventRaw, QueryFilter, Session, StoreError};
+use crate::subscription::Subscription;
+
+/// The JSON bytes of a result, or an error.
+pub type RpcResult = Result<Vec<u8>, RpcError>;
+
+pub enum Reply {
+    Now(RpcResult),
+    /// Answered when the future completes (an append waiting for its fsync); later requests
+    /// on the connection are not held up by it.
+    Later(Pin<Box<dyn Future<Output = RpcResult> + Send>>),
+}
+
+/// A request, borrowed from its frame.
+pub struct Request<'a> {
+    pub id: Option<&'a RawValue>,
+    pub method: String,
+    pub params: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow, default)]
+    jsonrpc: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    method: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    params: Option<&'a RawValue>,
+}
+
+type ParseFailure = (Option<Box<RawValue>>, RpcError);
+
+/// Checks a frame is a JSON-RPC 2.0 request. On failure, the id (when one could be read) and
+/// the error to answer with.
+pub fn parse_request(line: &[u8]) -> Result<Request<'_>, ParseFailure> {
+    let text = std::str::from_utf8(line).map_err(|e| {
+        (
+            None,
+            RpcError::new(
+                codes::PARSE_ERROR,
+                format!(
+                    "frame is not valid UTF-8 (bad byte at offset {})",
+                    e.valid_up_to()
+                ),
+            ),
+        )
+    })?;
+    let value: &RawValue = serde_json::from_str(text).map_err(|e| {
+        (
+            None,
+            RpcError::new(codes::PARSE_ERROR, format!("invalid JSON: {e}")),
+        )
+    })?;
+    let invalid = |id: Option<&RawValue>, msg: &str| {
+        (
+            id.map(|i| i.to_owned()),
+            RpcError::new(codes::INVALID_REQUEST, msg),
+        )
+    };
+    match value.get().trim_start().as_bytes().first() {
+        Some(b'{') => {}
+        Some(b'[') => {
+            return Err(invalid(
+                None,
+                "batch requests are not supported; send one request object per line",
+            ));
+        }
+        _ => return Err(invalid(None, "a request must be a JSON object")),
+    }
+    let env: Envelope = serde_json::from_str(value.get()).map_err(|e| {
+        (
+            None,
+            RpcError::new(codes::INVALID_REQUEST, format!("invalid request: {e}")),
+        )
+    })?;
+    let id = env.id.filter(|i| i.get() != "null");
+    if let Some(i) = id
+        && !matches!(i.get().as_bytes()[0], b'"' | b'-' | b'0'..=b'9')
+    {
+        return Err(invalid(None, "id must be a string, a number or null"));
+    }
+    if env.jsonrpc.is_some_and(|v| v.get() != "\"2.0\"") {
+        return Err(invalid(id, "jsonrpc must be \"2.0\""));
+    }
+    let method = match env.method.map(|m| serde_json::from_str::<String>(m.get())) {
+        Some(Ok(m)) => m,
+        Some(Err(_)) => return Err(invalid(id, "method must be a string")),
+        None => return Err(invalid(id, "missing method")),
+    };
+    Ok(Request {
+        id,
+        method,
+        params: env.params.filter(|p| p.get() != "null"),
+    })
+}
+
+pub fn reply_frame(id: Option<&RawValue>, result: RpcResult) -> Vec<u8> {
+    match result {
+        Ok(json) => {
+            let id = id.map_or("null", |i| i.get());
+            let mut f = Vec::with_capacity(json.len() + id.len() + 40);
+            f.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+            f.extend_from_slice(id.as_bytes());
+            f.extend_from_slice(b",\"result\":");
+            f.extend_from_slice(&json);
+            f.extend_from_slice(b"}\n");
+            f
+        }
+        Err(e) => error_frame(id, &e),
+    }
+}
+
+pub fn error_frame(id: Option<&RawValue>, err: &RpcError) -> Vec<u8> {
+    let id = id.map_or("null", |i| i.get());
+    let err = serde_json::to_string(err).unwrap_or_else(|_| "{}".into());
+    format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"error\":{err}}}\n").into_bytes()
+}
+
+fn params<T: DeserializeOwned>(params: Option<&RawValue>) -> Result<T, RpcError> {
+    let text = params.map_or("{}", |p| p.get());
+    serde_json::from_str(text)
+        .map_err(|e| RpcError::new(codes::INVALID_PARAMS, format!("invalid params: {e}")))
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> RpcResult {
+    serde_json::to_vec(value).map_err(|e| RpcError::new(codes::INTERNAL_ERROR, e.to_string()))
+}
+
+fn check_session_id(id: &str, what: &str) -> Result<(), RpcError> {
+    dstream_sdk::validate_session_id(id).map_err(|e| {
+        RpcError::new(
+            codes::INVALID_SESSION_ID,
+            format!("invalid {what} {id:?}: {e}"),
+        )
+    })
+}
+
+pub fn store_error(e: StoreError) -> RpcError {
+    let code = match &e {
+        StoreError::NotFound(_) => codes::SESSION_NOT_FOUND,
+        StoreError::Quarantined { .. } => codes::SESSION_QUARANTINED,
+        StoreError::Corrupt { .. } => codes::CORRUPT_RECORD,
+        StoreError::ShuttingDown => codes::SHUTTING_DOWN,
+        StoreError::Io { .. } | StoreError::Failed { .. } | StoreError::Locked { .. } => {
+            codes::STORAGE_FAILED
+        }
+    };
+    RpcError::new(code, e.to_string())
+}
+
+pub async fn dispatch(
+    ctx: &Arc<Context>,
+    conn: &mut Connection,
+    method: &str,
+    raw: Option<&RawValue>,
+) -> Reply {
+    let now = |r: RpcResult| Reply::Now(r);
+    match method {
+        "append" => match append(ctx, raw).await {
+            Ok(reply) => reply,
+            Err(e) => now(Err(e)),
+        },
+        "hello" => now(hello(ctx, conn)),
+        "read" => now(read(ctx, raw).await),
+        "subscribe" => now(subscribe(ctx, conn, raw).await),
+        "unsubscribe" => now(unsubscribe(ctx, conn, raw)),
+        "sessions.list" => now(sessions_list(ctx)),
+        "sessions.get" => now(sessions_get(ctx, raw)),
+        "query" => now(query(ctx, raw).await),
+        "stats" => now(stats(ctx)),
+        other => now(Err(RpcError::new(
+            codes::METHOD_NOT_FOUND,
+            format!("unknown method {other:?}"),
+        ))),
+    }
+}
+
+fn hello(ctx: &Context, conn: &Connection) -> RpcResult {
+    to_json(&HelloResult {
+        server: "dstream".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        protocol: PROTOCOL_VERSION,
+        max_frame_bytes: ctx.config.daemon.max_frame_bytes,
+        fsync: ctx.config.store.fsync.as_str().into(),
+        peer: conn.peer.clone(),
+    })
+}
+
+#[derive(Deserialize)]
+struct AppendParams {
+    session_id: String,
+    event: NewEventRaw,
+}
+
+async fn append(ctx: &Arc<Context>, raw: Option<&RawValue>) -> Result<Reply, RpcError> {
+    let p: AppendParams = params(raw)?;
+    check_session_id(&p.session_id, "session_id")?;
+    if let Some(s) = &p.event.stream_id {
+        check_session_id(s, "event.stream_id")?;
+    }
+    p.event
+        .validate()
+        .map_err(|m| RpcError::new(codes::INVALID_PARAMS, m))?;
+    let pending = ctx
+        .store
+        .session(&p.session_id)
+        .submit(p.event)
+        .await
+        .map_err(store_error)?;
+    Ok(Reply::Later(Box::pin(async move {
+        let ack = pending.wait().await.map_err(store_error)?;
+        let mut json = Vec::with_capacity(64);
+        json.extend_from_slice(b"{\"lsn\":");
+        json.extend_from_slice(ack.lsn.to_string().as_bytes());
+        json.extend_from_slice(b",\"id\":\"");
+        json.extend_from_slice(ack.id.as_bytes());
+        json.extend_from_slice(b"\"}");
+        Ok(json)
+    })))
+}
+
+#[derive(Deserialize)]
+struct ReadParams {
+    session_id: String,
+    #[serde(default)]
+    from_lsn: Option<u64>,
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+fn event_array(events: &[EventJson], out: &mut Vec<u8>) {
+    out.push(b'[');
+    for (i, e) in events.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        e.write_to(out);
+    }
+    out.push(b']');
+}
+
+fn clamp_limit(ctx: &Context, limit: Option<usize>) -> Result<usize, RpcError> {
+    match limit {
+        None => Ok(ctx.config.read.default_limit),
+        Some(0) => Err(RpcError::new(
+            codes::INVALID_PARAMS,
+            "limit must be at least 1",
+        )),
+        Some(n) => Ok(n.min(ctx.config.read.max_limit)),
+    }
+}
+
+async fn read(ctx: &Context, raw: Option<&RawValue>) -> RpcResult {
+    let p: ReadParams = params(raw)?;
+    check_session_id(&p.session_id, "session_id")?;
+    let limit = clamp_limit(ctx, p.limit)?;
+    let page = ctx
+        .store
+        .read(&p.session_id, p.from_lsn.unwrap_or(1), limit)
+        .await
+        .map_err(store_error)?;
+    let mut out = Vec::with_capacity(page.events.len() * 300 + 64);
+    out.extend_from_slice(b"{\"events\":");
+    event_array(&page.events, &mut out);
+    out.extend_from_slice(
+        format!(
+            ",\"next_lsn\":{},\"up_to_date\":{}}}",
+            page.next_lsn, page.up_to_date
+        )
+        .as_bytes(),
+    );
+    Ok(out)
+}
+
+#[derive(Deserialize)]
+struct SubscribeParams {
+    session_id: String,
+    #[serde(default)]
+    from_lsn: Option<u64>,
+}
+
+async fn subscribe(ctx: &Arc<Context>, conn: &mut Connection, raw: Option<&RawValue>) -> RpcResult {
+    let p: SubscribeParams = params(raw)?;
+    check_session_id(&p.session_id, "session_id")?;
+    let session = ctx.store.session(&p.session_id);
+    // Listen first, then reply, then replay: the reply precedes every notification.
+    let live = session.listen();
+    let id = conn.new_subscription_id();
+    let reply = reply_frame_for_subscribe(&id);
+    let sub = Subscription {
+        id: id.clone(),
+        session,
+        live,
+        next: p.from_lsn.unwrap_or(1).max(1),
+        out: conn.out.clone(),
+        heartbeat: Duration::from_millis(ctx.config.subscriptions.heartbeat_ms),
+        stats: ctx.stats.clone(),
+    };
+    let stats = ctx.stats.clone();
+    stats.subscriptions.fetch_add(1, Ordering::Relaxed);
+    let task = tokio::spawn(async move {
+        let _count = SubscriptionCount(stats);
+        sub.run().await;
+    });
+    conn.subscriptions.insert(id, task);
+    Ok(reply)
+}
+
+/// Keeps `stats.subscriptions` right however the task ends (including abort).
+struct SubscriptionCount(Arc<crate::server::ServerStats>);
+impl Drop for SubscriptionCount {
+    fn drop(&mut self) {
+        self.0.subscriptions.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn reply_frame_for_subscribe(id: &str) -> Vec<u8> {
+    format!("{{\"subscription\":\"{id}\"}}").into_bytes()
+}
+
+#[derive(Deserialize)]
+struct UnsubscribeParams {
+    subscription: String,
+}
+
+fn unsubscribe(_ctx: &Context, conn: &mut Connection, raw: Option<&RawValue>) -> RpcResult {
+    let p: UnsubscribeParams = params(raw)?;
+    match conn.subscriptions.remove(&p.subscription) {
+        Some(task) => {
+            task.abort();
+            Ok(b"{\"unsubscribed\":true}".to_vec())
+        }
+        None => Err(RpcError::new(
+            codes::UNKNOWN_SUBSCRIPTION,
+            format!("no subscription {:?} on this connection", p.subscription),
+        )),
+    }
+}
+
+fn session_info(s: &Session) -> SessionInfo {
+    let meta = s.meta();
+    SessionInfo {
+        session_id: s.id.clone(),
+        stream_id: meta.stream_id.unwrap_or_else(|| s.id.clone()),
+        first_ts: meta.first_ts,
+        last_ts: meta.last_ts,
+        last_lsn: s.committed_lsn(),
+        bytes: meta.bytes,
+    }
+}
+
+fn sessions_list(ctx: &Context) -> RpcResult {
+    let sessions: Vec<SessionInfo> = ctx
+        .store
+        .sessions()
+        .iter()
+        .map(|s| session_info(s))
+        .collect();
+    to_json(&protocol::SessionsListResult { sessions })
+}
+
+fn sessions_get(ctx: &Context, raw: Option<&RawValue>) -> RpcResult {
+    let p: protocol::SessionsGetParams = params(raw)?;
+    check_session_id(&p.session_id, "session_id")?;
+    match ctx.store.get(&p.session_id) {
+        Some(s) if s.quarantine_reason().is_some() => Err(store_error(StoreError::Quarantined {
+            session: s.id.clone(),
+            reason: s.quarantine_reason().unwrap_or_default().to_string(),
+        })),
+        Some(s) if s.committed_lsn() > 0 => to_json(&session_info(&s)),
+        _ => Err(store_error(StoreError::NotFound(p.session_id))),
+    }
+}
+
+#[derive(Deserialize)]
+struct QueryParams {
+    #[serde(default)]
+    session_id: Option<String>,
+    #[serde(default)]
+    stream_id: Option<String>,
+    #[serde(default)]
+    type_prefix: Option<String>,
+    #[serde(default)]
+    actor: Option<String>,
+    #[serde(default)]
+    since_ms: Option<u64>,
+    #[serde(default)]
+    until_ms: Option<u64>,
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+async fn query(ctx: &Context, raw: Option<&RawValue>) -> RpcResult {
+    let p: QueryParams = params(raw)?;
+    if let Some(s) = &p.session_id {
+        check_session_id(s, "session_id")?;
+    }
+    if let Some(s) = &p.stream_id {
+        check_session_id(s, "stream_id")?;
+    }
+    let limit = clamp_limit(ctx, p.limit)?;
+    let filter = QueryFilter {
+        session_id: p.session_id,
+        stream_id: p.stream_id,
+        type_prefix: p.type_prefix,
+        actor: p.actor,
+        since_ms: p.since_ms,
+        until_ms: p.until_ms,
+    };
+    let (events, truncated) = ctx.store.query(filter, limit).await.map_err(store_error)?;
+    let mut out = Vec::with_capacity(events.len() * 300 + 64);
+    out.extend_from_slice(b"{\"events\":");
+    event_array(&events, &mut out);
+    out.extend_from_slice(format!(",\"truncated\":{truncated}}}").as_bytes());
+    Ok(out)
+}
+
+fn stats(ctx: &Context) -> RpcResult {
+    let s = ctx.store.stats();
+    let relaxed = Ordering::Relaxed;
+    to_json(&StatsResult {
+        version: env!("CARGO_PKG_VERSION").into(),
+        uptime_ms: ctx.started.elapsed().as_millis() as u64,
+        pid: std::process::id(),
+        fsync: ctx.config.store.fsync.as_str().into(),
+        sessions: ctx.store.sessions().len() as u64,
+        quarantined_sessions: ctx.store.quarantined_count(),
+        connections: ctx.stats.connections.load(relaxed),
+        subscriptions: ctx.stats.subscriptions.load(relaxed),
+        appends: s.appends.load(relaxed),
+        bytes_written: s.bytes_written.load(relaxed),
+        fsyncs: s.fsyncs.load(relaxed),
+        lagged: ctx.stats.lagged.load(relaxed),
+        frame_errors: ctx.stats.frame_errors.load(relaxed),
+        rss_bytes: crate::server::rss_bytes(),
+    })
+}

@@ -1,0 +1,97 @@
+//! A synchronous client for callers without an async runtime (scripts, the C ABI).
+//!
+//! It drives the async [`crate::Client`] on a private single-threaded runtime, so both share
+//! one implementation of the protocol.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::event::NewEvent;
+use crate::protocol::*;
+use crate::{Error, SubscriptionItem};
+
+pub struct Client {
+    runtime: tokio::runtime::Runtime,
+    inner: crate::Client,
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, Error> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
+
+impl Client {
+    pub fn connect(path: impl AsRef<Path>) -> Result<Client, Error> {
+        let runtime = runtime()?;
+        let inner = runtime.block_on(crate::Client::connect(path))?;
+        Ok(Client { runtime, inner })
+    }
+
+    pub fn connect_default() -> Result<Client, Error> {
+        Client::connect(crate::socket::default_socket_path())
+    }
+
+    pub fn call_raw(&self, method: &str, params: Value) -> Result<Value, Error> {
+        self.runtime.block_on(self.inner.call_raw(method, params))
+    }
+
+    pub fn hello(&self) -> Result<HelloResult, Error> {
+        self.runtime.block_on(self.inner.hello())
+    }
+
+    pub fn append(&self, session_id: &str, event: NewEvent) -> Result<AppendResult, Error> {
+        self.runtime.block_on(self.inner.append(session_id, event))
+    }
+
+    pub fn read(
+        &self,
+        session_id: &str,
+        from_lsn: u64,
+        limit: Option<usize>,
+    ) -> Result<ReadResult, Error> {
+        self.runtime
+            .block_on(self.inner.read(session_id, from_lsn, limit))
+    }
+
+    pub fn sessions(&self) -> Result<Vec<SessionInfo>, Error> {
+        self.runtime.block_on(self.inner.sessions())
+    }
+
+    pub fn session(&self, session_id: &str) -> Result<SessionInfo, Error> {
+        self.runtime.block_on(self.inner.session(session_id))
+    }
+
+    pub fn query(&self, params: &QueryParams) -> Result<QueryResult, Error> {
+        self.runtime.block_on(self.inner.query(params))
+    }
+
+    pub fn stats(&self) -> Result<StatsResult, Error> {
+        self.runtime.block_on(self.inner.stats())
+    }
+
+    /// Subscribes; iterate the result to receive items.
+    pub fn subscribe(&self, session_id: &str, from_lsn: u64) -> Result<Subscription<'_>, Error> {
+        let inner = self
+            .runtime
+            .block_on(self.inner.subscribe(session_id, from_lsn))?;
+        Ok(Subscription {
+            client: self,
+            inner,
+        })
+    }
+}
+
+/// A blocking subscription: an iterator of items that ends when the connection closes.
+pub struct Subscription<'a> {
+    client: &'a Client,
+    inner: crate::Subscription,
+}
+
+impl Iterator for Subscription<'_> {
+    type Item = Result<SubscriptionItem, Error>;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.client.runtime.block_on(self.inner.next())
+    }
+}

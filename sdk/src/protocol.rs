@@ -1,0 +1,268 @@
+//! The wire protocol: JSON-RPC 2.0, one JSON object per line (`\n`), UTF-8.
+//!
+//! Requests carry an `id`; the daemon answers each with a response carrying the same `id`.
+//! Server-initiated messages (subscription traffic) are notifications without an `id`:
+//! `event`, `caught_up`, `lagged` and `heartbeat`, each with a `subscription` field.
+//!
+//! Method names and the shapes below are stable; new optional fields may be added.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::event::{Event, NewEvent};
+
+/// Protocol revision reported by `hello`.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// Default largest frame (one line) the daemon accepts: 16 MiB.
+pub const DEFAULT_MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
+
+/// JSON-RPC error codes: the standard ones, then dstream's application codes.
+pub mod codes {
+    /// Invalid JSON, or a frame that is not UTF-8.
+    pub const PARSE_ERROR: i64 = -32700;
+    /// Valid JSON that is not a JSON-RPC request object.
+    pub const INVALID_REQUEST: i64 = -32600;
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    /// Missing or wrongly typed parameters.
+    pub const INVALID_PARAMS: i64 = -32602;
+    pub const INTERNAL_ERROR: i64 = -32603;
+
+    /// The daemon is stopping and takes no new work.
+    pub const SHUTTING_DOWN: i64 = -32000;
+    /// A session or stream id that is empty, too long, or not file-name safe.
+    pub const INVALID_SESSION_ID: i64 = -32001;
+    /// The session has no events (and no log file).
+    pub const SESSION_NOT_FOUND: i64 = -32002;
+    /// The frame was longer than the daemon's `max_frame_bytes`; it was discarded.
+    pub const FRAME_TOO_LARGE: i64 = -32003;
+    /// Writing or syncing the log failed (for example a full disk); nothing was acknowledged.
+    pub const STORAGE_FAILED: i64 = -32004;
+    /// The session's log was found corrupt and moved aside; it takes no appends until repaired.
+    pub const SESSION_QUARANTINED: i64 = -32005;
+    /// `unsubscribe` named a subscription this connection does not have.
+    pub const UNKNOWN_SUBSCRIPTION: i64 = -32006;
+    /// A stored record failed its checksum while being read.
+    pub const CORRUPT_RECORD: i64 = -32007;
+}
+
+/// A request frame as the client sends it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Request {
+    pub jsonrpc: String,
+    pub id: Value,
+    pub method: String,
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub params: Value,
+}
+
+/// A JSON-RPC error object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
+#[error("{message} (code {code})")]
+pub struct RpcError {
+    pub code: i64,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+}
+
+impl RpcError {
+    pub fn new(code: i64, message: impl Into<String>) -> Self {
+        RpcError {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+    pub fn with_data(mut self, data: Value) -> Self {
+        self.data = Some(data);
+        self
+    }
+}
+
+/// Any frame the daemon sends: a response (has `id`) or a notification (has `method`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct ServerFrame {
+    #[serde(default)]
+    pub id: Option<Value>,
+    #[serde(default)]
+    pub result: Option<Value>,
+    #[serde(default)]
+    pub error: Option<RpcError>,
+    #[serde(default)]
+    pub method: Option<String>,
+    #[serde(default)]
+    pub params: Option<Value>,
+}
+
+// ---- hello ----
+
+/// Who is on the other end of the socket, as the operating system reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PeerInfo {
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub pid: Option<i32>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HelloResult {
+    pub server: String,
+    pub version: String,
+    pub protocol: u32,
+    pub max_frame_bytes: usize,
+    pub fsync: String,
+    pub peer: PeerInfo,
+}
+
+// ---- append ----
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AppendParams {
+    pub session_id: String,
+    pub event: NewEvent,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppendResult {
+    pub lsn: u64,
+    pub id: String,
+}
+
+// ---- read ----
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReadParams {
+    pub session_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_lsn: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReadResult {
+    pub events: Vec<Event>,
+    /// Where the next `read` should start.
+    pub next_lsn: u64,
+    /// True when `next_lsn` is past the last committed event.
+    pub up_to_date: bool,
+}
+
+// ---- subscribe ----
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SubscribeParams {
+    pub session_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_lsn: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SubscribeResult {
+    pub subscription: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct UnsubscribeParams {
+    pub subscription: String,
+}
+
+/// `event` notification.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EventNotification {
+    pub subscription: String,
+    pub event: Event,
+}
+
+/// `caught_up`, `heartbeat`: the last LSN delivered on the subscription so far.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PositionNotification {
+    pub subscription: String,
+    pub lsn: u64,
+}
+
+/// `lagged`: the subscriber fell behind the live feed; the daemon resumes from disk after
+/// `last_sent_lsn`, so nothing is skipped.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LaggedNotification {
+    pub subscription: String,
+    pub last_sent_lsn: u64,
+}
+
+// ---- sessions ----
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionInfo {
+    pub session_id: String,
+    pub stream_id: String,
+    pub first_ts: u64,
+    pub last_ts: u64,
+    pub last_lsn: u64,
+    /// Bytes in the log file.
+    pub bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SessionsListResult {
+    pub sessions: Vec<SessionInfo>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SessionsGetParams {
+    pub session_id: String,
+}
+
+// ---- query ----
+
+/// Filters for `query`; every one is optional and they combine with AND.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct QueryParams {
+    /// Only this session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// Only events of this lineage (root session), across all its sessions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_id: Option<String>,
+    /// Only types starting with this, e.g. `execution.` or `checkpoint.requested`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub type_prefix: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<String>,
+    /// Inclusive lower bound on `timestamp` (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since_ms: Option<u64>,
+    /// Exclusive upper bound on `timestamp` (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct QueryResult {
+    /// Matching events, ordered by session id, then LSN.
+    pub events: Vec<Event>,
+    /// True when `limit` cut the result short.
+    pub truncated: bool,
+}
+
+// ---- stats ----
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StatsResult {
+    pub version: String,
+    pub uptime_ms: u64,
+    pub pid: u32,
+    pub fsync: String,
+    pub sessions: u64,
+    pub quarantined_sessions: u64,
+    pub connections: u64,
+    pub subscriptions: u64,
+    pub appends: u64,
+    pub bytes_written: u64,
+    pub fsyncs: u64,
+    pub lagged: u64,
+    pub frame_errors: u64,
+    /// Resident memory of the daemon in bytes, where the OS reports it.
+    pub rss_bytes: Option<u64>,
+}
