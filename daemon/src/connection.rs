@@ -133,15 +133,25 @@ async fn handle_line(ctx: &Arc<Context>, conn: &mut Connection, line: &[u8]) -> 
     };
     let id: Option<Box<RawValue>> = request.id.map(|r| r.to_owned());
     let reply = rpc::dispatch(ctx, conn, &request.method, request.params).await;
-    // A request without an id is a notification: it is carried out but not answered.
-    let Some(id) = id else { return Ok(()) };
-    match reply {
-        Reply::Now(result) => conn
+    match (reply, id) {
+        (Reply::Subscribed(sub), id) => {
+            // The reply goes out before the feed starts, so it precedes every notification.
+            let sub_id = sub.id.clone();
+            if let Some(id) = &id {
+                let frame = rpc::reply_frame(Some(id), rpc::subscribed(&sub_id));
+                conn.out.send(frame).await.map_err(drop)?;
+            }
+            conn.subscriptions.insert(sub_id, sub.spawn());
+            Ok(())
+        }
+        // A request without an id is a notification: carried out, not answered.
+        (_, None) => Ok(()),
+        (Reply::Now(result), Some(id)) => conn
             .out
             .send(rpc::reply_frame(Some(&id), result))
             .await
             .map_err(drop),
-        Reply::Later(pending) => {
+        (Reply::Later(pending), Some(id)) => {
             let out = conn.out.clone();
             tokio::spawn(async move {
                 let result = pending.await;

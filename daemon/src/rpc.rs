@@ -25,6 +25,9 @@ pub enum Reply {
     /// Answered when the future completes (an append waiting for its fsync); later requests
     /// on the connection are not held up by it.
     Later(Pin<Box<dyn Future<Output = RpcResult> + Send>>),
+    /// A new subscription: the connection sends the reply, then starts the feed, so the reply
+    /// comes before every notification.
+    Subscribed(Subscription),
 }
 
 /// A request, borrowed from its frame.
@@ -180,7 +183,10 @@ pub async fn dispatch(
         },
         "hello" => now(hello(ctx, conn)),
         "read" => now(read(ctx, raw).await),
-        "subscribe" => now(subscribe(ctx, conn, raw).await),
+        "subscribe" => match subscribe(ctx, conn, raw) {
+            Ok(sub) => Reply::Subscribed(sub),
+            Err(e) => now(Err(e)),
+        },
         "unsubscribe" => now(unsubscribe(ctx, conn, raw)),
         "sessions.list" => now(sessions_list(ctx)),
         "sessions.get" => now(sessions_get(ctx, raw)),
@@ -297,43 +303,30 @@ struct SubscribeParams {
     from_lsn: Option<u64>,
 }
 
-async fn subscribe(ctx: &Arc<Context>, conn: &mut Connection, raw: Option<&RawValue>) -> RpcResult {
+fn subscribe(
+    ctx: &Context,
+    conn: &mut Connection,
+    raw: Option<&RawValue>,
+) -> Result<Subscription, RpcError> {
     let p: SubscribeParams = params(raw)?;
     check_session_id(&p.session_id, "session_id")?;
     let session = ctx.store.session(&p.session_id);
-    // Listen first, then reply, then replay: the reply precedes every notification.
+    // Listen before anything is read from disk: see `subscription`.
     let live = session.listen();
-    let id = conn.new_subscription_id();
-    let reply = reply_frame_for_subscribe(&id);
-    let sub = Subscription {
-        id: id.clone(),
+    Ok(Subscription {
+        id: conn.new_subscription_id(),
         session,
         live,
         next: p.from_lsn.unwrap_or(1).max(1),
         out: conn.out.clone(),
         heartbeat: Duration::from_millis(ctx.config.subscriptions.heartbeat_ms),
         stats: ctx.stats.clone(),
-    };
-    let stats = ctx.stats.clone();
-    stats.subscriptions.fetch_add(1, Ordering::Relaxed);
-    let task = tokio::spawn(async move {
-        let _count = SubscriptionCount(stats);
-        sub.run().await;
-    });
-    conn.subscriptions.insert(id, task);
-    Ok(reply)
+    })
 }
 
-/// Keeps `stats.subscriptions` right however the task ends (including abort).
-struct SubscriptionCount(Arc<crate::server::ServerStats>);
-impl Drop for SubscriptionCount {
-    fn drop(&mut self) {
-        self.0.subscriptions.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-fn reply_frame_for_subscribe(id: &str) -> Vec<u8> {
-    format!("{{\"subscription\":\"{id}\"}}").into_bytes()
+/// The result of a successful `subscribe`.
+pub fn subscribed(id: &str) -> RpcResult {
+    Ok(format!("{{\"subscription\":\"{id}\"}}").into_bytes())
 }
 
 #[derive(Deserialize)]

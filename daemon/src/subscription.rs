@@ -29,12 +29,34 @@ pub struct Subscription {
     pub stats: Arc<ServerStats>,
 }
 
+/// Keeps `stats.subscriptions` right however the task ends, abort included.
+struct ActiveSubscription(Arc<ServerStats>);
+
+impl ActiveSubscription {
+    fn new(stats: Arc<ServerStats>) -> Self {
+        stats.subscriptions.fetch_add(1, Ordering::Relaxed);
+        ActiveSubscription(stats)
+    }
+}
+
+impl Drop for ActiveSubscription {
+    fn drop(&mut self) {
+        self.0.subscriptions.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// The connection is gone (or the log unreadable); the subscription ends.
 struct Stop;
 
 impl Subscription {
-    pub async fn run(mut self) {
-        let _ = self.serve().await;
+    /// Starts the feed in its own task; the count in `stats` follows the task's life.
+    pub fn spawn(self) -> tokio::task::JoinHandle<()> {
+        let count = ActiveSubscription::new(self.stats.clone());
+        let mut sub = self;
+        tokio::spawn(async move {
+            let _count = count;
+            let _ = sub.serve().await;
+        })
     }
 
     async fn serve(&mut self) -> Result<(), Stop> {

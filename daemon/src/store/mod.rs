@@ -28,7 +28,7 @@ use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot};
 
 pub use reader::{QueryFilter, ReadPage, read_range};
-pub use session::{EventJson, PendingAppend, Session, SessionMeta};
+pub use session::{EventJson, PendingAppend, Session, SessionMeta, SessionState};
 
 use crate::config::FsyncPolicy;
 use index::SparseIndex;
@@ -273,15 +273,7 @@ impl Store {
             return s.clone();
         }
         let path = self.inner.sessions_dir.join(format!("{id}.jsonl"));
-        let session = self.start_session(
-            id.to_string(),
-            path,
-            0,
-            0,
-            SparseIndex::default(),
-            SessionMeta::default(),
-            None,
-        );
+        let session = self.start_session(id.to_string(), path, 0, SessionState::default(), None);
         sessions.insert(id.to_string(), session.clone());
         session
     }
@@ -291,52 +283,32 @@ impl Store {
     }
 
     fn install(&self, r: Recovered) {
-        let session = self.start_session(
-            r.id.clone(),
-            r.path,
-            r.len,
-            r.last_lsn,
-            r.index,
-            r.meta,
-            r.quarantine,
-        );
+        let session = self.start_session(r.id.clone(), r.path, r.len, r.state, r.quarantine);
         self.inner.sessions.write().unwrap().insert(r.id, session);
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn start_session(
         &self,
         id: String,
         path: PathBuf,
         len: u64,
-        last_lsn: u64,
-        index: SparseIndex,
-        meta: SessionMeta,
+        state: SessionState,
         quarantine: Option<String>,
     ) -> Arc<Session> {
         let live = self.inner.settings.live_buffer;
         if quarantine.is_some() {
-            return Arc::new(Session::new(
-                id, path, None, quarantine, last_lsn, live, index, meta,
-            ));
+            return Arc::new(Session::new(id, path, None, quarantine, state, live));
         }
+        let next_lsn = state.last_lsn + 1;
         let (tx, rx) = mpsc::channel(WRITER_QUEUE);
-        let session = Arc::new(Session::new(
-            id,
-            path,
-            Some(tx),
-            None,
-            last_lsn,
-            live,
-            index,
-            meta,
-        ));
+        let session = Arc::new(Session::new(id, path, Some(tx), None, state, live));
+        let settings = self.inner.settings.clone();
         let writer = Writer::new(
             session.clone(),
-            self.inner.settings.clone(),
+            settings,
             self.inner.stats.clone(),
             len,
-            last_lsn + 1,
+            next_lsn,
         );
         tokio::spawn(writer.run(rx));
         session
@@ -427,11 +399,17 @@ struct Recovered {
     id: String,
     path: PathBuf,
     len: u64,
-    last_lsn: u64,
-    index: SparseIndex,
-    meta: SessionMeta,
+    state: SessionState,
     quarantine: Option<String>,
     note: Option<RecoveryNote>,
+}
+
+/// A positional read that leaves the file's cursor alone, so one handle serves every reader.
+pub(crate) fn read_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    #[cfg(unix)]
+    return std::os::unix::fs::FileExt::read_at(file, buf, offset);
+    #[cfg(windows)]
+    return std::os::windows::fs::FileExt::seek_read(file, buf, offset);
 }
 
 /// Options for a file only its owner may read: session data is the user's own business.
@@ -526,9 +504,7 @@ fn open_blocking(
                 id,
                 path,
                 len: 0,
-                last_lsn: 0,
-                index: SparseIndex::default(),
-                meta: SessionMeta::default(),
+                state: SessionState::default(),
                 quarantine: Some(reason),
                 note: None,
             });
@@ -622,9 +598,7 @@ fn recover_session(
                 id: id.clone(),
                 path,
                 len: 0,
-                last_lsn: 0,
-                index: SparseIndex::default(),
-                meta: SessionMeta::default(),
+                state: SessionState::default(),
                 quarantine: Some(reason.clone()),
                 note: Some(RecoveryNote::Quarantined {
                     session: id,
@@ -655,22 +629,30 @@ fn recover_session(
     if scan.index_rebuilt || note.is_some() {
         write_index(&idx_path, &scan.index).map_err(ctx("writing an index"))?;
     }
+    let state = SessionState {
+        last_lsn: scan.last_lsn,
+        index: scan.index,
+        meta,
+    };
     Ok(Recovered {
         id,
         path,
         len: scan.good_len,
-        last_lsn: scan.last_lsn,
-        index: scan.index,
-        meta,
+        state,
         quarantine: None,
         note,
     })
 }
 
 fn save_range(file: &File, offset: u64, len: u64, to: &Path) -> io::Result<()> {
-    use std::os::unix::fs::FileExt;
     let mut bytes = vec![0u8; len as usize];
-    file.read_exact_at(&mut bytes, offset)?;
+    let mut done = 0;
+    while done < bytes.len() {
+        match read_at(file, &mut bytes[done..], offset + done as u64)? {
+            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+            n => done += n,
+        }
+    }
     let mut out = private_file().write(true).create_new(true).open(to)?;
     out.write_all(&bytes)?;
     out.sync_all()?;

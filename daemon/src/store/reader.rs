@@ -2,7 +2,6 @@
 //! reads, check every record's checksum and LSN on the way.
 
 use std::borrow::Cow;
-use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -50,8 +49,7 @@ pub fn read_range(
         let mut buf = std::mem::take(&mut carry);
         let have = buf.len();
         buf.resize(have + chunk_size, 0);
-        let n = file
-            .read_at(&mut buf[have..], offset)
+        let n = super::read_at(&file, &mut buf[have..], offset)
             .map_err(|e| StoreError::io("reading the log", &e))?;
         if n == 0 {
             return Err(corrupt(

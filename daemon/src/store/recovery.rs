@@ -10,7 +10,6 @@
 use std::borrow::Cow;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Seek, SeekFrom};
-use std::os::unix::fs::FileExt;
 
 use serde::Deserialize;
 
@@ -70,7 +69,7 @@ pub fn read_line_at(file: &File, offset: u64) -> io::Result<Option<Vec<u8>>> {
     let mut chunk = vec![0u8; 8192];
     let mut at = offset;
     loop {
-        let n = file.read_at(&mut chunk, at)?;
+        let n = super::read_at(file, &mut chunk, at)?;
         if n == 0 {
             return Ok(None);
         }
@@ -81,6 +80,12 @@ pub fn read_line_at(file: &File, offset: u64) -> io::Result<Option<Vec<u8>>> {
         out.extend_from_slice(&chunk[..n]);
         at += n as u64;
     }
+}
+
+/// Timestamp and stream id of the record at `offset`, if it is a good one.
+fn envelope_at(file: &File, offset: u64) -> io::Result<Option<(u64, String)>> {
+    Ok(read_line_at(file, offset)?
+        .and_then(|l| record::open(&l).ok().and_then(|(_, body)| envelope(body))))
 }
 
 /// Where a scan may start: from the last entry of a trustworthy index, or from the top.
@@ -194,20 +199,14 @@ pub fn scan(
     }
 
     let last_lsn = last_good.map_or(start.lsn.saturating_sub(1), |(lsn, _)| lsn);
-    let mut last_ts = 0;
-    if let Some((_, offset)) = last_good.or((start.offset > 0).then_some((start.lsn, start.offset)))
-    {
-        if let Some((ts, _)) = read_line_at(file, offset)?
-            .and_then(|l| record::open(&l).ok().and_then(|(_, b)| envelope(b)))
-        {
-            last_ts = ts;
-        }
-    }
+    let last_at = last_good.or((start.offset > 0).then_some((start.lsn, start.offset)));
+    let last_ts = match last_at {
+        Some((_, offset)) => envelope_at(file, offset)?.map_or(0, |(ts, _)| ts),
+        None => 0,
+    };
     if stream_id.is_none() && last_lsn > 0 {
         // Scan began past the first record: read it for the session's lineage and start time.
-        if let Some((ts, stream)) = read_line_at(file, 0)?
-            .and_then(|l| record::open(&l).ok().and_then(|(_, b)| envelope(b)))
-        {
+        if let Some((ts, stream)) = envelope_at(file, 0)? {
             first_ts = ts;
             stream_id = Some(stream);
         }
@@ -230,6 +229,7 @@ pub fn scan(
 mod tests {
     use super::*;
     use std::io::Write;
+    use std::os::unix::fs::FileExt;
 
     fn log_with(n: u64) -> (tempfile::NamedTempFile, Vec<u64>) {
         let mut f = tempfile::NamedTempFile::new().unwrap();

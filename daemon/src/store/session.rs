@@ -44,6 +44,14 @@ pub struct SessionMeta {
     pub bytes: u64,
 }
 
+/// Where a session stands when its writer starts: after recovery, or empty for a new one.
+#[derive(Debug, Default)]
+pub struct SessionState {
+    pub last_lsn: u64,
+    pub index: SparseIndex,
+    pub meta: SessionMeta,
+}
+
 pub struct Session {
     pub id: String,
     pub(crate) path: PathBuf,
@@ -71,20 +79,18 @@ impl Session {
         path: PathBuf,
         writer: Option<mpsc::Sender<WriterMsg>>,
         quarantine: Option<String>,
-        committed: u64,
+        state: SessionState,
         live_buffer: usize,
-        index: SparseIndex,
-        meta: SessionMeta,
     ) -> Session {
         Session {
             id,
             path,
             writer,
             quarantine,
-            committed: AtomicU64::new(committed),
+            committed: AtomicU64::new(state.last_lsn),
             live: broadcast::channel(live_buffer).0,
-            index: RwLock::new(index),
-            meta: Mutex::new(meta),
+            index: RwLock::new(state.index),
+            meta: Mutex::new(state.meta),
             read_handle: Mutex::new(None),
         }
     }
