@@ -311,6 +311,9 @@ fn subscribe(
     let p: SubscribeParams = params(raw)?;
     check_session_id(&p.session_id, "session_id")?;
     let session = ctx.store.session(&p.session_id);
+    if session.quarantine_reason().is_some() {
+        return Err(store_error(ctx.store.missing(&p.session_id)));
+    }
     // Listen before anything is read from disk: see `subscription`.
     let live = session.listen();
     Ok(Subscription {
@@ -374,12 +377,8 @@ fn sessions_get(ctx: &Context, raw: Option<&RawValue>) -> RpcResult {
     let p: protocol::SessionsGetParams = params(raw)?;
     check_session_id(&p.session_id, "session_id")?;
     match ctx.store.get(&p.session_id) {
-        Some(s) if s.quarantine_reason().is_some() => Err(store_error(StoreError::Quarantined {
-            session: s.id.clone(),
-            reason: s.quarantine_reason().unwrap_or_default().to_string(),
-        })),
         Some(s) if s.committed_lsn() > 0 => to_json(&session_info(&s)),
-        _ => Err(store_error(StoreError::NotFound(p.session_id))),
+        _ => Err(store_error(ctx.store.missing(&p.session_id))),
     }
 }
 

@@ -278,6 +278,17 @@ impl Store {
         session
     }
 
+    /// Why `id` has no events to read: quarantined, or simply unknown.
+    pub fn missing(&self, id: &str) -> StoreError {
+        match self.get(id) {
+            Some(s) if s.quarantine_reason().is_some() => StoreError::Quarantined {
+                session: id.to_string(),
+                reason: s.quarantine_reason().unwrap_or_default().to_string(),
+            },
+            _ => StoreError::NotFound(id.to_string()),
+        }
+    }
+
     pub fn get(&self, id: &str) -> Option<Arc<Session>> {
         self.inner.sessions.read().unwrap().get(id).cloned()
     }
@@ -351,7 +362,7 @@ impl Store {
         limit: usize,
     ) -> Result<ReadPage, StoreError> {
         let Some(session) = self.get(session).filter(|s| s.committed_lsn() > 0) else {
-            return Err(StoreError::NotFound(session.to_string()));
+            return Err(self.missing(session));
         };
         tokio::task::spawn_blocking(move || reader::read_page(&session, from_lsn, limit))
             .await
