@@ -114,18 +114,7 @@ impl Config {
         let config: Config =
             serde_path_to_error::deserialize(toml::Value::Table(merged)).map_err(|e| {
                 let message = e.inner().message().to_string();
-                let mut key = e.path().to_string();
-                // serde reports an unknown key at its parent table; name the key itself.
-                if let Some(name) = message
-                    .strip_prefix("unknown field `")
-                    .and_then(|m| m.split('`').next())
-                {
-                    key = if key == "." {
-                        name.to_string()
-                    } else {
-                        format!("{key}.{name}")
-                    };
-                }
+                let key = e.path().to_string();
                 ConfigError::Key {
                     path: path.into(),
                     key,
@@ -238,7 +227,14 @@ mod tests {
         let e = Config::from_toml_str("[store]\nfsyncc = 1\n", Path::new("/etc/d.toml"))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("fsyncc") && e.contains("/etc/d.toml"), "{e}");
+        assert!(
+            e.contains("key `store.fsyncc`") && e.contains("/etc/d.toml"),
+            "{e}"
+        );
+        let e = Config::from_toml_str("[stor]\nx = 1\n", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("key `stor`"), "{e}");
         let e = Config::from_toml_str("[read]\ndefault_limit = 0\n", Path::new("c.toml"))
             .unwrap_err()
             .to_string();

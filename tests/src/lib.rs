@@ -1,0 +1,903 @@
+//! Harness for the end-to-end tests: runs the real `dstream` binary on a temporary socket and
+//! data directory and talks to it over the real socket with a small blocking JSON-line client.
+//!
+//! Everything here waits with a deadline, so a broken daemon makes a test fail, never hang.
+#![cfg(unix)]
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::{self, File};
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+
+pub use serde_json;
+
+/// How long a daemon gets to become ready (socket accepts and `hello` answers).
+pub const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a daemon gets to exit after a signal, or to refuse to start.
+pub const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default deadline for one request/response round trip.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The JSON-RPC error codes of the contract.
+pub mod codes {
+    pub const PARSE_ERROR: i64 = -32700;
+    pub const INVALID_REQUEST: i64 = -32600;
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    pub const INVALID_PARAMS: i64 = -32602;
+    pub const INVALID_SESSION_ID: i64 = -32001;
+    pub const SESSION_NOT_FOUND: i64 = -32002;
+    pub const FRAME_TOO_LARGE: i64 = -32003;
+    pub const SESSION_QUARANTINED: i64 = -32005;
+}
+
+/// Path of the `dstream` binary: `$DSTREAM_BIN`, else `<target>/<profile>/dstream` next to the
+/// directory holding the running test executable (`<target>/<profile>/deps/`).
+pub fn daemon_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("DSTREAM_BIN") {
+        let p = PathBuf::from(p);
+        assert!(p.is_file(), "DSTREAM_BIN={} is not a file", p.display());
+        return p;
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    let mut dir = exe
+        .parent()
+        .expect("test executable has a parent dir")
+        .to_path_buf();
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.pop();
+    }
+    let bin = dir.join(format!("dstream{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        bin.is_file(),
+        "the dstream binary was not found at {}; run `cargo build -p dstream-daemon` first \
+         (or set DSTREAM_BIN to its path)",
+        bin.display()
+    );
+    bin
+}
+
+/// Milliseconds since the Unix epoch, by the test's clock.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// A JSON-RPC error as received.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RpcError {
+    pub code: i64,
+    pub message: String,
+    pub data: Option<Value>,
+}
+
+impl std::fmt::Display for RpcError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "error {}: {}", self.code, self.message)?;
+        if let Some(d) = &self.data {
+            write!(f, " (data: {d})")?;
+        }
+        Ok(())
+    }
+}
+
+impl RpcError {
+    fn from_value(v: &Value) -> RpcError {
+        RpcError {
+            code: v["code"]
+                .as_i64()
+                .unwrap_or_else(|| panic!("error object without integer code: {v}")),
+            message: v["message"].as_str().unwrap_or_default().to_string(),
+            data: v.get("data").cloned(),
+        }
+    }
+}
+
+/// A running (or stopped) daemon with its own temporary directory:
+/// `<tmp>/run/dstream.sock`, `<tmp>/data`, `<tmp>/config.toml`, `<tmp>/daemon.stderr`.
+pub struct Daemon {
+    tmp: tempfile::TempDir,
+    child: Option<Child>,
+    config: Option<PathBuf>,
+    starts: u32,
+}
+
+impl Daemon {
+    /// A daemon with the default configuration (no `--config`).
+    pub fn start() -> Daemon {
+        Daemon::start_with_config(None)
+    }
+
+    /// A daemon with this TOML written to `<tmp>/config.toml` and passed as `--config`.
+    pub fn start_with(config_toml: &str) -> Daemon {
+        Daemon::start_with_config(Some(config_toml))
+    }
+
+    fn start_with_config(config_toml: Option<&str>) -> Daemon {
+        let mut d = Daemon::new(config_toml);
+        d.restart();
+        d
+    }
+
+    /// Prepare the directories without starting anything.
+    pub fn new(config_toml: Option<&str>) -> Daemon {
+        let tmp = tempfile::Builder::new()
+            .prefix("dstream-e2e-")
+            .tempdir()
+            .expect("tempdir");
+        let config = config_toml.map(|c| {
+            let p = tmp.path().join("config.toml");
+            fs::write(&p, c).expect("write config");
+            p
+        });
+        Daemon {
+            tmp,
+            child: None,
+            config,
+            starts: 0,
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.tmp.path()
+    }
+    pub fn socket(&self) -> PathBuf {
+        self.tmp.path().join("run").join("dstream.sock")
+    }
+    pub fn data_dir(&self) -> PathBuf {
+        self.tmp.path().join("data")
+    }
+    pub fn sessions_dir(&self) -> PathBuf {
+        self.data_dir().join("sessions")
+    }
+    pub fn quarantine_dir(&self) -> PathBuf {
+        self.data_dir().join("quarantine")
+    }
+    pub fn log_path(&self, session: &str) -> PathBuf {
+        self.sessions_dir().join(format!("{session}.jsonl"))
+    }
+    pub fn config_path(&self) -> Option<&Path> {
+        self.config.as_deref()
+    }
+    pub fn stderr_path(&self) -> PathBuf {
+        self.tmp.path().join("daemon.stderr")
+    }
+    /// Everything the daemon(s) of this directory wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        fs::read_to_string(self.stderr_path()).unwrap_or_default()
+    }
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("daemon is not running").id()
+    }
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// The command line that starts a daemon on this directory's socket and data dir.
+    pub fn command(&self) -> Command {
+        self.command_for(&self.socket(), &self.data_dir(), self.config.as_deref())
+    }
+
+    /// A daemon command with explicit paths (for the "second daemon" tests); stderr appended
+    /// to `<tmp>/daemon.stderr` like the main one.
+    pub fn command_for(&self, socket: &Path, data_dir: &Path, config: Option<&Path>) -> Command {
+        let mut cmd = Command::new(daemon_bin());
+        cmd.arg("daemon")
+            .arg("--socket")
+            .arg(socket)
+            .arg("--data-dir")
+            .arg(data_dir);
+        if let Some(c) = config {
+            cmd.arg("--config").arg(c);
+        }
+        let log = |name: &str| {
+            fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(self.tmp.path().join(name))
+                .expect("open daemon log file")
+        };
+        cmd.env("RUST_LOG", "warn")
+            .env_remove("DSTREAM_SOCKET")
+            .env_remove("DSTREAM_DATA_DIR")
+            .env_remove("DSTREAM_CONFIG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log("daemon.stdout")))
+            .stderr(Stdio::from(log("daemon.stderr")));
+        cmd
+    }
+
+    /// Start (again) on the same directories and wait until it is ready.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "daemon already running");
+        self.starts += 1;
+        {
+            let mut f = fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(self.stderr_path())
+                .unwrap();
+            let _ = writeln!(f, "---- test harness: start #{} ----", self.starts);
+        }
+        let child = self.command().spawn().expect("spawn dstream daemon");
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let socket = self.socket();
+        let mut last_err;
+        loop {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().expect("try_wait") {
+                self.child = None;
+                panic!(
+                    "dstream daemon exited before becoming ready ({status}); stderr:\n{}",
+                    self.stderr()
+                );
+            }
+            match Client::connect_timeout(&socket, Duration::from_secs(2)) {
+                Ok(mut c) => match c.try_call("hello", json!({})) {
+                    Ok(Ok(_)) => return,
+                    Ok(Err(e)) => last_err = format!("hello failed: {e}"),
+                    Err(e) => last_err = format!("hello: {e}"),
+                },
+                Err(e) => last_err = format!("connect: {e}"),
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "dstream daemon not ready after {:?} (last: {last_err}); stderr:\n{}",
+                    READY_TIMEOUT,
+                    self.stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    /// A new client connection.
+    pub fn client(&self) -> Client {
+        Client::connect(&self.socket())
+    }
+
+    /// Send a signal to the running daemon.
+    pub fn signal(&self, sig: libc::c_int) {
+        let pid = self.pid() as libc::pid_t;
+        // SAFETY: plain kill(2) on our own child's pid.
+        let rc = unsafe { libc::kill(pid, sig) };
+        assert_eq!(
+            rc,
+            0,
+            "kill({pid}, {sig}) failed: {}",
+            io::Error::last_os_error()
+        );
+    }
+
+    /// Wait for the daemon to exit (bounded); panics if it does not.
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let mut child = self.child.take().expect("daemon is not running");
+        match wait_child(&mut child, timeout) {
+            Some(status) => status,
+            None => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "dstream daemon did not exit within {timeout:?}; stderr:\n{}",
+                    self.stderr()
+                )
+            }
+        }
+    }
+
+    /// SIGTERM and wait for the exit status.
+    pub fn stop(&mut self) -> ExitStatus {
+        self.signal(libc::SIGTERM);
+        self.wait_exit(EXIT_TIMEOUT)
+    }
+
+    /// SIGKILL (no chance to clean up) and reap.
+    pub fn kill9(&mut self) {
+        self.signal(libc::SIGKILL);
+        self.wait_exit(EXIT_TIMEOUT);
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if std::env::var_os("DSTREAM_KEEP_TMP").is_some() {
+            let kept = std::mem::replace(&mut self.tmp, tempfile::TempDir::new().unwrap()).keep();
+            eprintln!("DSTREAM_KEEP_TMP: kept {}", kept.display());
+        }
+        if std::thread::panicking() {
+            eprintln!(
+                "---- dstream stderr ({}) ----\n{}",
+                self.stderr_path().display(),
+                tail(&self.stderr(), 8000)
+            );
+        }
+    }
+}
+
+fn tail(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut start = s.len() - max;
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    &s[start..]
+}
+
+/// Wait (polling) for a child to exit; `None` on timeout.
+pub fn wait_child(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(s) = child.try_wait().expect("try_wait") {
+            return Some(s);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Run a command that is expected to exit by itself (e.g. a refused start); kills it and panics
+/// if it is still running after `timeout`.
+pub fn run_expect_exit(mut cmd: Command, timeout: Duration) -> ExitStatus {
+    let mut child = cmd.spawn().expect("spawn");
+    match wait_child(&mut child, timeout) {
+        Some(s) => s,
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("process {cmd:?} was still running after {timeout:?}; expected it to exit");
+        }
+    }
+}
+
+/// A blocking JSON-line client over a Unix socket with deadlines on every read.
+pub struct Client {
+    writer: UnixStream,
+    reader: BufReader<UnixStream>,
+    /// Bytes of a frame not yet terminated by `\n` (kept across read timeouts).
+    partial: Vec<u8>,
+    next_id: u64,
+    notifications: VecDeque<Value>,
+    responses: HashMap<String, Value>,
+    /// Responses to requests whose id was unreadable (id null), in arrival order.
+    null_id_responses: VecDeque<Value>,
+    pub timeout: Duration,
+}
+
+/// Why reading a frame failed.
+#[derive(Debug)]
+pub enum ReadError {
+    Timeout,
+    Closed,
+    Io(io::Error),
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::Timeout => write!(f, "timed out waiting for a frame"),
+            ReadError::Closed => write!(f, "connection closed by the daemon"),
+            ReadError::Io(e) => write!(f, "i/o error: {e}"),
+        }
+    }
+}
+
+impl Client {
+    pub fn connect(socket: &Path) -> Client {
+        Client::connect_timeout(socket, CALL_TIMEOUT)
+            .unwrap_or_else(|e| panic!("connect to {}: {e}", socket.display()))
+    }
+
+    pub fn connect_timeout(socket: &Path, timeout: Duration) -> io::Result<Client> {
+        let stream = UnixStream::connect(socket)?;
+        stream.set_read_timeout(Some(Duration::from_millis(100)))?;
+        stream.set_write_timeout(Some(Duration::from_secs(30)))?;
+        let reader = BufReader::with_capacity(256 * 1024, stream.try_clone()?);
+        Ok(Client {
+            writer: stream,
+            reader,
+            partial: Vec::new(),
+            next_id: 1,
+            notifications: VecDeque::new(),
+            responses: HashMap::new(),
+            null_id_responses: VecDeque::new(),
+            timeout,
+        })
+    }
+
+    /// Write raw bytes (nothing added).
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        self.try_send_raw(bytes)
+            .unwrap_or_else(|e| panic!("write to daemon: {e}"));
+    }
+
+    pub fn try_send_raw(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.writer.write_all(bytes)?;
+        self.writer.flush()
+    }
+
+    /// Send a request without waiting; returns its id (for pipelining).
+    pub fn send(&mut self, method: &str, params: Value) -> u64 {
+        self.try_send(method, params)
+            .unwrap_or_else(|e| panic!("write to daemon: {e}"))
+    }
+
+    pub fn try_send(&mut self, method: &str, params: Value) -> io::Result<u64> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut line = serde_json::to_vec(
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        )
+        .unwrap();
+        line.push(b'\n');
+        self.try_send_raw(&line)?;
+        Ok(id)
+    }
+
+    /// Read the next frame from the socket (whatever it is), waiting at most until `deadline`.
+    /// Panics if the daemon sends something that is not a JSON object line.
+    pub fn read_frame_until(&mut self, deadline: Instant) -> Result<Value, ReadError> {
+        loop {
+            match self.reader.read_until(b'\n', &mut self.partial) {
+                Ok(0) => return Err(ReadError::Closed),
+                Ok(_) => {
+                    if self.partial.last() != Some(&b'\n') {
+                        // EOF in the middle of a frame.
+                        return Err(ReadError::Closed);
+                    }
+                    let line = std::mem::take(&mut self.partial);
+                    let v: Value = serde_json::from_slice(&line).unwrap_or_else(|e| {
+                        panic!(
+                            "daemon sent a frame that is not JSON ({e}): {:?}",
+                            String::from_utf8_lossy(&line)
+                        )
+                    });
+                    assert!(v.is_object(), "daemon sent a non-object frame: {v}");
+                    assert_eq!(v["jsonrpc"], "2.0", "frame without jsonrpc 2.0: {v}");
+                    return Ok(v);
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) =>
+                {
+                    if Instant::now() >= deadline {
+                        return Err(ReadError::Timeout);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {
+                    return Err(ReadError::Closed);
+                }
+                Err(e) => return Err(ReadError::Io(e)),
+            }
+        }
+    }
+
+    /// Read one frame and file it: notifications and responses go to their queues.
+    fn pump(&mut self, deadline: Instant) -> Result<(), ReadError> {
+        let v = self.read_frame_until(deadline)?;
+        if v.get("method").is_some() && v.get("id").is_none() {
+            self.notifications.push_back(v);
+        } else {
+            let id = v.get("id").cloned().unwrap_or(Value::Null);
+            assert!(
+                v.get("result").is_some() != v.get("error").is_some(),
+                "response must have exactly one of result/error: {v}"
+            );
+            if id.is_null() {
+                self.null_id_responses.push_back(v);
+            } else {
+                let key = id.to_string();
+                assert!(
+                    !self.responses.contains_key(&key),
+                    "two responses with id {key}"
+                );
+                self.responses.insert(key, v);
+            }
+        }
+        Ok(())
+    }
+
+    /// Wait for the full response frame with this id.
+    pub fn try_response_frame(&mut self, id: &Value) -> Result<Value, ReadError> {
+        let deadline = Instant::now() + self.timeout;
+        let key = id.to_string();
+        loop {
+            if let Some(v) = self.responses.remove(&key) {
+                return Ok(v);
+            }
+            self.pump(deadline)?;
+        }
+    }
+
+    /// Wait for the response to request `id`: its result or its error.
+    pub fn try_wait_response(&mut self, id: u64) -> Result<Result<Value, RpcError>, ReadError> {
+        let frame = self.try_response_frame(&json!(id))?;
+        Ok(split_response(&frame))
+    }
+
+    pub fn wait_response(&mut self, id: u64) -> Result<Value, RpcError> {
+        self.try_wait_response(id)
+            .unwrap_or_else(|e| panic!("waiting for the response to request {id}: {e}"))
+    }
+
+    /// Wait for the next response with `id: null` (answer to a frame whose id was unreadable).
+    pub fn null_id_response(&mut self) -> Value {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            if let Some(v) = self.null_id_responses.pop_front() {
+                return v;
+            }
+            if let Err(e) = self.pump(deadline) {
+                panic!(
+                    "waiting for a response with id null: {e} (responses with ids received: {:?})",
+                    self.responses.values().collect::<Vec<_>>()
+                );
+            }
+        }
+    }
+
+    /// Wait for the next response of any id (null or not). Useful after raw frames.
+    pub fn any_response(&mut self) -> Value {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            if let Some(v) = self.null_id_responses.pop_front() {
+                return v;
+            }
+            if let Some(k) = self.responses.keys().next().cloned() {
+                return self.responses.remove(&k).unwrap();
+            }
+            if let Err(e) = self.pump(deadline) {
+                panic!("waiting for any response: {e}");
+            }
+        }
+    }
+
+    /// Call and wait; outer error = transport problem, inner = JSON-RPC error.
+    pub fn try_call(
+        &mut self,
+        method: &str,
+        params: Value,
+    ) -> Result<Result<Value, RpcError>, ReadError> {
+        let id = self.try_send(method, params).map_err(ReadError::Io)?;
+        self.try_wait_response(id)
+    }
+
+    /// Call and wait; panics on transport problems; returns the JSON-RPC result or error.
+    pub fn call(&mut self, method: &str, params: Value) -> Result<Value, RpcError> {
+        let id = self.send(method, params.clone());
+        self.try_wait_response(id)
+            .unwrap_or_else(|e| panic!("{method} {params}: {e}"))
+    }
+
+    /// Call and expect success.
+    pub fn ok(&mut self, method: &str, params: Value) -> Value {
+        match self.call(method, params.clone()) {
+            Ok(v) => v,
+            Err(e) => panic!("{method} {params} failed: {e}"),
+        }
+    }
+
+    /// Call and expect a JSON-RPC error.
+    pub fn err(&mut self, method: &str, params: Value) -> RpcError {
+        match self.call(method, params.clone()) {
+            Ok(v) => panic!("{method} {params} succeeded with {v}; expected an error"),
+            Err(e) => e,
+        }
+    }
+
+    /// Next notification (any subscription), waiting at most `timeout`.
+    pub fn next_notification(&mut self, timeout: Duration) -> Option<Value> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(v) = self.notifications.pop_front() {
+                return Some(v);
+            }
+            match self.pump(deadline) {
+                Ok(()) => {}
+                Err(ReadError::Timeout) => return None,
+                Err(e) => panic!("waiting for a notification: {e}"),
+            }
+        }
+    }
+
+    /// Notifications already received (without reading the socket).
+    pub fn drain_buffered_notifications(&mut self) -> Vec<Value> {
+        self.notifications.drain(..).collect()
+    }
+
+    /// `append` with a type and payload; returns (lsn, id).
+    pub fn append(&mut self, session: &str, ty: &str, payload: Value) -> (u64, String) {
+        let r = self.ok(
+            "append",
+            json!({"session_id": session, "event": {"type": ty, "payload": payload}}),
+        );
+        lsn_id(&r)
+    }
+
+    /// `append` with a full event object.
+    pub fn append_event(&mut self, session: &str, event: Value) -> (u64, String) {
+        let r = self.ok("append", json!({"session_id": session, "event": event}));
+        lsn_id(&r)
+    }
+
+    /// All events of a session via repeated `read` (following `next_lsn`).
+    pub fn read_all(&mut self, session: &str) -> Vec<Value> {
+        self.read_from(session, 1)
+    }
+
+    pub fn read_from(&mut self, session: &str, from: u64) -> Vec<Value> {
+        let mut out = Vec::new();
+        let mut from = from;
+        for _ in 0..100_000 {
+            let r = self.ok("read", json!({"session_id": session, "from_lsn": from}));
+            let events = r["events"]
+                .as_array()
+                .unwrap_or_else(|| panic!("read without events: {r}"));
+            out.extend(events.iter().cloned());
+            let next = r["next_lsn"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("read without next_lsn: {r}"));
+            if r["up_to_date"] == json!(true) {
+                return out;
+            }
+            assert!(
+                next > from,
+                "read made no progress: from_lsn {from} -> next_lsn {next}"
+            );
+            from = next;
+        }
+        panic!("read_all did not finish");
+    }
+}
+
+/// Split a response frame into its result or error.
+pub fn split_response(frame: &Value) -> Result<Value, RpcError> {
+    if let Some(e) = frame.get("error") {
+        Err(RpcError::from_value(e))
+    } else {
+        Ok(frame["result"].clone())
+    }
+}
+
+/// (lsn, id) of an `append` result.
+pub fn lsn_id(r: &Value) -> (u64, String) {
+    let lsn = r["lsn"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("append result without lsn: {r}"));
+    let id = r["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("append result without id: {r}"))
+        .to_string();
+    (lsn, id)
+}
+
+/// The LSN of an event object.
+pub fn lsn_of(ev: &Value) -> u64 {
+    ev["lsn"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("event without lsn: {ev}"))
+}
+
+/// True for a 26-character Crockford base32 ULID.
+pub fn is_ulid(s: &str) -> bool {
+    s.len() == 26
+        && s.bytes()
+            .all(|b| b"0123456789ABCDEFGHJKMNPQRSTVWXYZ".contains(&b.to_ascii_uppercase()))
+        && s.as_bytes()[0] <= b'7'
+}
+
+/// Assert the LSNs of `events` are exactly `first, first+1, …`.
+pub fn assert_contiguous(events: &[Value], first: u64, what: &str) {
+    for (i, ev) in events.iter().enumerate() {
+        let want = first + i as u64;
+        let got = lsn_of(ev);
+        assert_eq!(
+            got, want,
+            "{what}: event #{i} has lsn {got}, expected {want}"
+        );
+    }
+}
+
+const CRC_MARKER: &[u8] = b",\"crc\":\"";
+
+/// The stored form of one record: `<body>,"crc":"<hex>"}\n` where `body` is a JSON object
+/// without its closing brace.
+pub fn seal_line(body: &[u8]) -> Vec<u8> {
+    let mut line = body.to_vec();
+    line.extend_from_slice(CRC_MARKER);
+    line.extend_from_slice(format!("{:08x}", crc32c::crc32c(body)).as_bytes());
+    line.extend_from_slice(b"\"}\n");
+    line
+}
+
+/// Check one stored line (without its `\n`): ends with `,"crc":"xxxxxxxx"}`, the CRC32C of the
+/// bytes before the marker matches, and the line is a JSON object. Returns the parsed object.
+pub fn check_line(line: &[u8]) -> Result<Value, String> {
+    let show = || String::from_utf8_lossy(line).into_owned();
+    let pos = line
+        .windows(CRC_MARKER.len())
+        .rposition(|w| w == CRC_MARKER)
+        .ok_or_else(|| format!("no crc field: {}", show()))?;
+    let rest = &line[pos + CRC_MARKER.len()..];
+    if rest.len() != 10 || &rest[8..] != b"\"}" {
+        return Err(format!(
+            "crc is not the last field as 8 hex digits: {}",
+            show()
+        ));
+    }
+    let hex = std::str::from_utf8(&rest[..8]).map_err(|_| format!("crc not ascii: {}", show()))?;
+    if !hex
+        .bytes()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return Err(format!("crc is not 8 lowercase hex digits: {}", show()));
+    }
+    let stored = u32::from_str_radix(hex, 16).unwrap();
+    let actual = crc32c::crc32c(&line[..pos]);
+    if stored != actual {
+        return Err(format!(
+            "crc mismatch: stored {stored:08x}, computed {actual:08x}: {}",
+            show()
+        ));
+    }
+    let v: Value =
+        serde_json::from_slice(line).map_err(|e| format!("line is not JSON ({e}): {}", show()))?;
+    if !v.is_object() {
+        return Err(format!("line is not an object: {}", show()));
+    }
+    Ok(v)
+}
+
+/// Read a session log and check every line (newline-terminated, valid CRC, JSON object).
+/// Returns the parsed records.
+pub fn verify_log_file(path: &Path) -> Vec<Value> {
+    let data = fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    if data.is_empty() {
+        return Vec::new();
+    }
+    assert_eq!(
+        data.last(),
+        Some(&b'\n'),
+        "{} does not end with a newline",
+        path.display()
+    );
+    data[..data.len() - 1]
+        .split(|b| *b == b'\n')
+        .enumerate()
+        .map(|(i, line)| {
+            check_line(line).unwrap_or_else(|e| panic!("{} line {}: {e}", path.display(), i + 1))
+        })
+        .collect()
+}
+
+/// Byte ranges `[start, end)` of each line (excluding the `\n`) of a file's content.
+pub fn line_ranges(data: &[u8]) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for (i, b) in data.iter().enumerate() {
+        if *b == b'\n' {
+            out.push((start, i));
+            start = i + 1;
+        }
+    }
+    if start < data.len() {
+        out.push((start, data.len()));
+    }
+    out
+}
+
+/// Every regular file under `dir` (recursively), sorted.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = fs::read_dir(&d) else { continue };
+        for e in rd.flatten() {
+            let p = e.path();
+            let ft = e.file_type().unwrap();
+            if ft.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Mode bits (permissions only) of a path.
+pub fn mode_of(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    fs::metadata(path)
+        .unwrap_or_else(|e| panic!("stat {}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+/// Write a file in full (helper for corruption tests).
+pub fn write_file(path: &Path, data: &[u8]) {
+    let mut f = File::create(path).unwrap_or_else(|e| panic!("create {}: {e}", path.display()));
+    f.write_all(data).unwrap();
+    f.sync_all().unwrap();
+}
+
+/// Run `f` on a thread and wait at most `timeout` for it; panics (with the thread's panic
+/// message if it panicked) when it does not finish in time.
+pub fn with_timeout<T: Send + 'static>(
+    what: &str,
+    timeout: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let h = std::thread::spawn(move || {
+        let r = f();
+        let _ = tx.send(());
+        r
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(()) => h.join().unwrap(),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => match h.join() {
+            Ok(v) => v,
+            Err(p) => std::panic::resume_unwind(p),
+        },
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("{what} did not finish within {timeout:?}")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crc32c_is_castagnoli() {
+        assert_eq!(crc32c::crc32c(b"123456789"), 0xe306_9283);
+    }
+
+    #[test]
+    fn sealed_lines_check_and_flipped_bytes_do_not() {
+        let line = seal_line(br#"{"lsn":1,"id":"x","payload":{"a":"bcd"}"#);
+        assert!(line.ends_with(b"\"}\n"));
+        let body = &line[..line.len() - 1];
+        assert_eq!(check_line(body).unwrap()["lsn"], 1);
+        let mut bad = body.to_vec();
+        let pos = bad.iter().position(|b| *b == b'c').unwrap();
+        bad[pos] = b'C';
+        assert!(check_line(&bad).unwrap_err().contains("crc mismatch"));
+        let upper = String::from_utf8(body.to_vec()).unwrap().to_uppercase();
+        assert!(check_line(upper.as_bytes()).is_err());
+        assert!(check_line(br#"{"crc":"00000000","lsn":1}"#).is_err());
+        assert_eq!(line_ranges(b"ab\ncd\nef"), vec![(0, 2), (3, 5), (6, 8)]);
+    }
+
+    #[test]
+    fn ulid_shape() {
+        assert!(is_ulid("01JDQ3V9S6X4M2B1K0ZP7T8W5R"));
+        assert!(!is_ulid("01JDQ3V9S6X4M2B1K0ZP7T8W5"));
+        assert!(!is_ulid("01JDQ3V9S6X4M2B1K0ZP7T8W5U"));
+    }
+}

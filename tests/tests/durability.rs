@@ -1,0 +1,440 @@
+//! Restart persistence, crash safety under load, and recovery from torn or corrupt logs.
+#![cfg(unix)]
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use dstream_tests::serde_json::{Value, json};
+use dstream_tests::{
+    Client, Daemon, ReadError, assert_contiguous, codes, files_under, line_ranges, lsn_of,
+    verify_log_file, write_file,
+};
+
+fn sorted_sessions(c: &mut Client) -> Vec<Value> {
+    let list = c.ok("sessions.list", json!({}));
+    let mut s = list["sessions"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{list}"))
+        .clone();
+    s.sort_by_key(|s| s["session_id"].as_str().unwrap().to_string());
+    s
+}
+
+#[test]
+fn restart_after_sigterm_keeps_every_event_identical() {
+    let mut d = Daemon::start();
+    let mut c = d.client();
+    for i in 0..30 {
+        c.append_event(
+            "r1",
+            json!({"type": "execution.tool_use", "actor": "claude-code", "payload": {"i": i, "s": "ünïcödé \"q\" \n"},
+                   "causation_id": format!("c{i}"), "correlation_id": "turn-1", "metadata": {"hook": "PreToolUse"}}),
+        );
+    }
+    for i in 0..5 {
+        c.append_event(
+            "r2",
+            json!({"type": "user.input", "stream_id": "r1", "payload": {"i": i}}),
+        );
+    }
+    let r1 = c.read_all("r1");
+    let r2 = c.read_all("r2");
+    let sessions = sorted_sessions(&mut c);
+    // An idle subscriber is connected while the daemon stops.
+    let mut idle = d.client();
+    idle.ok("subscribe", json!({"session_id": "r1", "from_lsn": 31}));
+
+    let status = d.stop();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "SIGTERM must stop cleanly with exit code 0 ({status})"
+    );
+    assert!(
+        !d.socket().exists(),
+        "the socket file must be removed on a clean stop"
+    );
+    // Open connections were closed.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match idle.read_frame_until(deadline) {
+            Ok(frame) => assert!(
+                frame.get("method").is_some(),
+                "unexpected frame after stop: {frame}"
+            ),
+            Err(ReadError::Closed) | Err(ReadError::Io(_)) => break,
+            Err(ReadError::Timeout) => panic!("a connection stayed open after the daemon exited"),
+        }
+    }
+
+    d.restart();
+    let mut c = d.client();
+    assert_eq!(c.read_all("r1"), r1, "r1 after restart");
+    assert_eq!(c.read_all("r2"), r2, "r2 after restart");
+    assert_eq!(
+        sorted_sessions(&mut c),
+        sessions,
+        "sessions.list after restart"
+    );
+    assert_eq!(
+        c.append("r1", "t", json!({})).0,
+        31,
+        "LSNs continue after a restart"
+    );
+    let r1 = c.read_all("r1");
+
+    // The index is a cache: delete it and everything still reads the same, including seeks.
+    assert_eq!(d.stop().code(), Some(0));
+    let mut removed = 0;
+    for f in files_under(&d.sessions_dir()) {
+        if f.extension().is_some_and(|e| e == "idx") {
+            fs::remove_file(&f).unwrap();
+            removed += 1;
+        }
+    }
+    d.restart();
+    let mut c = d.client();
+    assert_eq!(
+        c.read_all("r1"),
+        r1,
+        "r1 after deleting the index (removed {removed} .idx files)"
+    );
+    let r = c.ok(
+        "read",
+        json!({"session_id": "r1", "from_lsn": 17, "limit": 5}),
+    );
+    assert_eq!(r["events"].as_array().unwrap().as_slice(), &r1[16..21]);
+    assert_eq!(c.read_all("r2"), r2);
+
+    // On disk: one line per event, each with a valid CRC32C, carrying the event's fields.
+    for s in ["r1", "r2"] {
+        let recs = verify_log_file(&d.log_path(s));
+        let events = c.read_all(s);
+        assert_eq!(recs.len(), events.len(), "{s}: one line per event");
+        for (rec, ev) in recs.iter().zip(&events) {
+            for k in [
+                "lsn",
+                "id",
+                "type",
+                "session_id",
+                "stream_id",
+                "timestamp",
+                "payload",
+            ] {
+                assert_eq!(
+                    rec[k], ev[k],
+                    "{s}: field {k} of the stored line {rec} vs read {ev}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn kill_9_under_load_loses_no_acknowledged_event() {
+    const CLIENTS: usize = 8;
+    let mut d = Daemon::start_with("[store]\nfsync = \"always\"\n");
+    let socket = d.socket();
+    let acked = Arc::new(AtomicU64::new(0));
+
+    let writers: Vec<_> = (0..CLIENTS)
+        .map(|w| {
+            let socket = socket.clone();
+            let acked = acked.clone();
+            thread::spawn(move || {
+                let session = format!("k{}", w % 4);
+                let mut c = Client::connect(&socket);
+                c.timeout = Duration::from_secs(10);
+                let mut mine: Vec<(u64, String)> = Vec::new();
+                for k in 0u64.. {
+                    let params = json!({"session_id": session, "event": {"type": "load", "payload": {"w": w, "k": k, "pad": "p".repeat(200)}}});
+                    let id = match c.try_send("append", params) {
+                        Ok(id) => id,
+                        Err(_) => break,
+                    };
+                    match c.try_wait_response(id) {
+                        Ok(Ok(r)) => {
+                            mine.push(dstream_tests::lsn_id(&r));
+                            acked.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Ok(Err(e)) => panic!("writer {w}: append failed before the kill: {e}"),
+                        Err(ReadError::Timeout) => panic!("writer {w}: no reply and no disconnect within 10 s"),
+                        Err(_) => break, // the daemon died
+                    }
+                }
+                (session, mine)
+            })
+        })
+        .collect();
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while acked.load(Ordering::SeqCst) < 400 {
+        assert!(
+            Instant::now() < deadline,
+            "only {} appends acknowledged in 60 s",
+            acked.load(Ordering::SeqCst)
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+    d.kill9();
+    let mut by_session: BTreeMap<String, Vec<(u64, String)>> = BTreeMap::new();
+    for h in writers {
+        let (s, mine) = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        by_session.entry(s).or_default().extend(mine);
+    }
+    let total: usize = by_session.values().map(Vec::len).sum();
+    assert!(total >= 400);
+
+    // The dead daemon left its socket file behind; a restart replaces it.
+    assert!(
+        socket.exists(),
+        "setup: SIGKILL leaves the socket file behind"
+    );
+    assert!(
+        UnixStream::connect(&socket).is_err(),
+        "nobody listens on the stale socket"
+    );
+    d.restart();
+
+    let mut c = d.client();
+    let mut stored: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for (s, acks) in &by_session {
+        let events = c.read_all(s);
+        assert_contiguous(&events, 1, s);
+        for (lsn, id) in acks {
+            let ev = events.get(*lsn as usize - 1).unwrap_or_else(|| {
+                panic!(
+                    "{s}: acknowledged lsn {lsn} (id {id}) is missing; only {} events",
+                    events.len()
+                )
+            });
+            assert_eq!(
+                ev["id"],
+                id.as_str(),
+                "{s}: acknowledged lsn {lsn} has a different id: {ev}"
+            );
+        }
+        stored.insert(s.clone(), events);
+    }
+    // Appending continues the sequence.
+    for (s, events) in &stored {
+        assert_eq!(
+            c.append(s, "after", json!({})).0,
+            events.len() as u64 + 1,
+            "{s}"
+        );
+    }
+    drop(c);
+    assert_eq!(d.stop().code(), Some(0));
+    for (s, events) in &stored {
+        let recs = verify_log_file(&d.log_path(s));
+        assert_eq!(
+            recs.len(),
+            events.len() + 1,
+            "{s}: lines in the log vs events read"
+        );
+        for (rec, ev) in recs.iter().zip(events) {
+            assert_eq!(
+                (lsn_of(rec), &rec["id"]),
+                (lsn_of(ev), &ev["id"]),
+                "{s}: log line vs read"
+            );
+        }
+    }
+}
+
+fn bytes_contain(hay: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty() || hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Some file under `dir` whose content contains `needle`.
+fn quarantined_with(d: &Daemon, needle: &[u8]) -> bool {
+    files_under(&d.quarantine_dir())
+        .iter()
+        .any(|f| bytes_contain(&fs::read(f).unwrap_or_default(), needle))
+}
+
+#[test]
+fn torn_tail_is_cut_reported_and_quarantined() {
+    let mut d = Daemon::start();
+    let mut c = d.client();
+    for i in 0..10 {
+        c.append(
+            "torn-a",
+            "t",
+            json!({"i": i, "text": "hello world, this is a line"}),
+        );
+    }
+    for i in 0..5 {
+        c.append("torn-b", "t", json!({"i": i}));
+    }
+    for i in 0..4 {
+        c.append("fine", "t", json!({"i": i}));
+    }
+    let a = c.read_all("torn-a");
+    let b = c.read_all("torn-b");
+    let fine = c.read_all("fine");
+    drop(c);
+    assert_eq!(d.stop().code(), Some(0));
+
+    // torn-a: cut the file in the middle of its last line.
+    let pa = d.log_path("torn-a");
+    let data = fs::read(&pa).unwrap();
+    let ranges = line_ranges(&data);
+    assert_eq!(ranges.len(), 10);
+    let (start, end) = ranges[9];
+    let cut = start + (end - start) / 2;
+    let torn_a = data[start..cut].to_vec();
+    write_file(&pa, &data[..cut]);
+    // torn-b: a partial line without a newline at the end.
+    let pb = d.log_path("torn-b");
+    let torn_b = b"{\"lsn\":6,\"id\":\"01JDQ3V9S6X4M2B1K0ZP7T".to_vec();
+    let mut data = fs::read(&pb).unwrap();
+    data.extend_from_slice(&torn_b);
+    write_file(&pb, &data);
+
+    d.restart();
+    let mut c = d.client();
+    let got_a = c.read_all("torn-a");
+    assert_contiguous(&got_a, 1, "torn-a");
+    assert_eq!(
+        got_a.len(),
+        10,
+        "9 intact events + log.recovered: {got_a:?}"
+    );
+    assert_eq!(&got_a[..9], &a[..9], "the intact events are unchanged");
+    assert_eq!(got_a[9]["type"], "log.recovered", "{}", got_a[9]);
+    assert_eq!(got_a[9]["session_id"], "torn-a", "{}", got_a[9]);
+
+    let got_b = c.read_all("torn-b");
+    assert_contiguous(&got_b, 1, "torn-b");
+    assert_eq!(got_b.len(), 6, "{got_b:?}");
+    assert_eq!(&got_b[..5], b.as_slice());
+    assert_eq!(got_b[5]["type"], "log.recovered", "{}", got_b[5]);
+
+    assert_eq!(c.read_all("fine"), fine, "an intact log is untouched");
+
+    assert!(
+        quarantined_with(&d, &torn_a),
+        "the cut bytes of torn-a are kept under quarantine/"
+    );
+    assert!(
+        quarantined_with(&d, &torn_b),
+        "the cut bytes of torn-b are kept under quarantine/"
+    );
+
+    assert_eq!(
+        c.append("torn-a", "t", json!({})).0,
+        11,
+        "appends continue after the recovered event"
+    );
+    assert_eq!(c.append("torn-b", "t", json!({})).0, 7);
+    drop(c);
+    assert_eq!(d.stop().code(), Some(0));
+    for s in ["torn-a", "torn-b", "fine"] {
+        verify_log_file(&d.log_path(s));
+    }
+
+    // A second restart does not report anything new.
+    d.restart();
+    let mut c = d.client();
+    assert_eq!(c.read_all("torn-a").len(), 11);
+    assert_eq!(c.read_all("fine"), fine);
+}
+
+#[test]
+fn corruption_before_the_last_line_quarantines_the_whole_log() {
+    let mut d = Daemon::start();
+    let mut c = d.client();
+    for s in ["bad-crc", "bad-json"] {
+        for i in 0..10 {
+            c.append(
+                s,
+                "t",
+                json!({"i": i, "text": "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"}),
+            );
+        }
+    }
+    for i in 0..5 {
+        c.append("good", "t", json!({"i": i}));
+    }
+    let good = c.read_all("good");
+    drop(c);
+    assert_eq!(d.stop().code(), Some(0));
+
+    // bad-crc: flip one character inside a string of line 3: still JSON, but the CRC is wrong.
+    let p = d.log_path("bad-crc");
+    let mut data = fs::read(&p).unwrap();
+    let (start, end) = line_ranges(&data)[2];
+    let pos = start
+        + data[start..end]
+            .windows(8)
+            .position(|w| w == b"aaaaaaaa")
+            .unwrap()
+        + 4;
+    data[pos] = b'b';
+    write_file(&p, &data);
+    let bad_crc = data;
+    // bad-json: break line 4's JSON.
+    let p = d.log_path("bad-json");
+    let mut data = fs::read(&p).unwrap();
+    let (start, end) = line_ranges(&data)[3];
+    data[start + (end - start) / 2] = 0x01;
+    write_file(&p, &data);
+    let bad_json = data;
+
+    d.restart();
+    let mut c = d.client();
+    for (s, content) in [("bad-crc", &bad_crc), ("bad-json", &bad_json)] {
+        let e = c.err("append", json!({"session_id": s, "event": {"type": "t"}}));
+        assert_eq!(e.code, codes::SESSION_QUARANTINED, "{s}: {e}");
+        assert!(
+            format!("{} {:?}", e.message, e.data)
+                .to_lowercase()
+                .contains("quarantin"),
+            "{s}: the error must say the log is quarantined: {e}"
+        );
+        let r = c.call("read", json!({"session_id": s}));
+        assert!(
+            r.is_err(),
+            "{s}: reading a quarantined log must fail, not skip lines silently: {r:?}"
+        );
+        assert!(
+            !d.log_path(s).exists(),
+            "{s}: the corrupt log must be moved out of sessions/"
+        );
+        assert!(
+            files_under(&d.quarantine_dir())
+                .iter()
+                .any(|f| fs::read(f).unwrap_or_default() == *content),
+            "{s}: the whole file must be under quarantine/ byte for byte; found {:?}",
+            files_under(&d.quarantine_dir())
+        );
+    }
+    // Other sessions keep working.
+    assert_eq!(c.read_all("good"), good);
+    assert_eq!(c.append("good", "t", json!({})).0, 6);
+    assert_eq!(c.append("new", "t", json!({})).0, 1);
+    let mut c2 = d.client();
+    assert!(c2.call("hello", json!({})).is_ok());
+
+    // Still quarantined after another restart: the session does not silently start over at
+    // lsn 1 while its history sits in quarantine/.
+    drop((c, c2));
+    assert_eq!(d.stop().code(), Some(0));
+    d.restart();
+    let mut c = d.client();
+    for s in ["bad-crc", "bad-json"] {
+        let r = c.call("append", json!({"session_id": s, "event": {"type": "t"}}));
+        assert!(
+            matches!(&r, Err(e) if e.code == codes::SESSION_QUARANTINED),
+            "{s}: after a restart, appends must still be refused as quarantined: {r:?}"
+        );
+    }
+    assert_eq!(c.read_all("good").len(), 6);
+}

@@ -1,0 +1,128 @@
+//! Start-up and shut-down behaviour: permissions, signals, one daemon per data dir, config errors.
+#![cfg(unix)]
+
+use std::fs;
+
+use dstream_tests::serde_json::json;
+use dstream_tests::{Daemon, EXIT_TIMEOUT, mode_of, run_expect_exit};
+
+#[test]
+fn socket_dir_is_0700_and_socket_is_0600() {
+    let d = Daemon::start();
+    let sock = d.socket();
+    assert_eq!(
+        mode_of(sock.parent().unwrap()),
+        0o700,
+        "socket directory mode"
+    );
+    assert_eq!(mode_of(&sock), 0o600, "socket mode");
+    use std::os::unix::fs::FileTypeExt;
+    assert!(fs::metadata(&sock).unwrap().file_type().is_socket());
+}
+
+#[test]
+fn sigint_stops_cleanly_and_removes_the_socket() {
+    let mut d = Daemon::start();
+    let mut c = d.client();
+    c.append("x", "t", json!({}));
+    d.signal(libc::SIGINT);
+    let status = d.wait_exit(EXIT_TIMEOUT);
+    assert_eq!(status.code(), Some(0), "SIGINT exit status: {status}");
+    assert!(!d.socket().exists(), "socket file removed after SIGINT");
+}
+
+#[test]
+fn second_daemon_on_the_same_data_dir_is_refused() {
+    let d = Daemon::start();
+    let mut c = d.client();
+    c.append("mine", "t", json!({}));
+
+    // Same data dir, another socket.
+    let other_sock = d.dir().join("run2").join("dstream.sock");
+    let second_log = d.dir().join("second.stderr");
+    let mut cmd = d.command_for(&other_sock, &d.data_dir(), None);
+    cmd.stderr(fs::File::create(&second_log).unwrap());
+    let status = run_expect_exit(cmd, EXIT_TIMEOUT);
+    assert!(
+        !status.success(),
+        "a second daemon on the same data dir must fail ({status})"
+    );
+    let err = fs::read_to_string(&second_log).unwrap().to_lowercase();
+    assert!(
+        err.contains("lock") || err.contains("in use") || err.contains("already running"),
+        "stderr must say the data dir is in use / locked:\n{err}"
+    );
+    assert!(
+        !other_sock.exists(),
+        "the refused daemon must not leave a socket behind"
+    );
+
+    // Same data dir and the same socket: refused, and the running daemon's socket survives.
+    let status = run_expect_exit(d.command(), EXIT_TIMEOUT);
+    assert!(
+        !status.success(),
+        "a second daemon on the same socket and data dir must fail ({status})"
+    );
+    let mut c2 = d.client();
+    assert!(
+        c2.call("hello", json!({})).is_ok(),
+        "the first daemon still accepts connections"
+    );
+    assert_eq!(c.append("mine", "t", json!({})).0, 2, "and keeps working");
+}
+
+/// Start with a bad config; it must exit non-zero and name `must_name` and the file on stderr.
+/// Returns stderr.
+fn config_error(toml: &str, must_name: &[&str]) -> String {
+    let d = Daemon::new(Some(toml));
+    let path = d.config_path().unwrap().to_path_buf();
+    let status = run_expect_exit(d.command(), EXIT_TIMEOUT);
+    assert!(
+        !status.success(),
+        "config {toml:?} must be rejected ({status})"
+    );
+    let err = d.stderr();
+    for s in must_name {
+        assert!(
+            err.contains(s),
+            "stderr must name {s:?} for config {toml:?}:\n{err}"
+        );
+    }
+    assert!(
+        err.contains(&*path.to_string_lossy()),
+        "stderr must name the config file {}:\n{err}",
+        path.display()
+    );
+    assert!(
+        !d.socket().exists(),
+        "no socket left behind after a config error"
+    );
+    err
+}
+
+#[test]
+fn bad_config_value_names_the_key_and_file() {
+    config_error("[store]\nfsync = \"sometimes\"\n", &["store.fsync"]);
+}
+
+#[test]
+fn unknown_config_key_names_the_key_and_file() {
+    let err = config_error("[store]\nfsyncc = 1\n", &["store.fsyncc"]);
+    assert!(
+        !err.contains("fsyncc.fsyncc"),
+        "the unknown key must be named by its own path, store.fsyncc:\n{err}"
+    );
+}
+
+#[test]
+fn wrongly_typed_config_value_names_the_key_and_file() {
+    config_error(
+        "[subscriptions]\nlive_buffer = \"lots\"\n",
+        &["subscriptions.live_buffer"],
+    );
+}
+
+#[test]
+fn invalid_toml_names_the_file() {
+    config_error("[store\nfsync = \n", &[]);
+}
