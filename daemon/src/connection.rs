@@ -1,8 +1,11 @@
 //! One client connection: frames in, dispatch, replies and notifications out.
 //!
-//! Replies and subscription traffic share one bounded outbound queue drained by a writer task.
-//! A client that stops reading fills its own queue and stalls only its own subscriptions
-//! (which then lag and resume from disk); appends from everyone else go on.
+//! Two queues feed the socket: `out` (bounded) carries replies made here and subscription
+//! traffic; `replies` carries append acknowledgements, pushed straight from the session
+//! writers, which must never wait on a client. That queue is bounded instead by the appends a
+//! connection may have in flight (a permit each, given back once the reply is on the socket).
+//! A client that stops reading stalls only itself and its own subscriptions (which then lag
+//! and resume from disk); appends from everyone else go on.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,17 +17,29 @@ use interprocess::local_socket::tokio::Stream;
 use interprocess::local_socket::traits::StreamCommon as _;
 use serde_json::value::RawValue;
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::frame::{Frame, read_frame};
 use crate::rpc::{self, Reply};
 use crate::server::Context;
 
+/// Appends one connection may have waiting for their acknowledgement.
+const MAX_APPENDS_IN_FLIGHT: usize = 1024;
+
+/// An append acknowledgement on its way to the socket, holding its in-flight permit.
+pub struct AckFrame {
+    pub frame: Vec<u8>,
+    /// Held until the frame is written; dropping it frees a place for another append.
+    pub _in_flight: OwnedSemaphorePermit,
+}
+
 /// Per-connection state the methods may touch.
 pub struct Connection {
     pub peer: PeerInfo,
     pub out: mpsc::Sender<Vec<u8>>,
+    pub acks: mpsc::UnboundedSender<AckFrame>,
+    pub in_flight: Arc<Semaphore>,
     pub subscriptions: HashMap<String, JoinHandle<()>>,
     next_subscription: u64,
 }
@@ -75,10 +90,13 @@ pub async fn serve(stream: Stream, ctx: Arc<Context>, mut shutdown: watch::Recei
     ctx.stats.connections.fetch_add(1, Ordering::Relaxed);
     let stream = Arc::new(stream);
     let (out, out_rx) = mpsc::channel(ctx.config.subscriptions.outbound_frames);
-    let writer = tokio::spawn(write_frames(stream.clone(), out_rx));
+    let (acks, acks_rx) = mpsc::unbounded_channel();
+    let writer = tokio::spawn(write_frames(stream.clone(), out_rx, acks_rx));
     let mut conn = Connection {
         peer,
         out,
+        acks,
+        in_flight: Arc::new(Semaphore::new(MAX_APPENDS_IN_FLIGHT)),
         subscriptions: HashMap::new(),
         next_subscription: 0,
     };
@@ -132,7 +150,7 @@ async fn handle_line(ctx: &Arc<Context>, conn: &mut Connection, line: &[u8]) -> 
         }
     };
     let id: Option<Box<RawValue>> = request.id.map(|r| r.to_owned());
-    let reply = rpc::dispatch(ctx, conn, &request.method, request.params).await;
+    let reply = rpc::dispatch(ctx, conn, &request.method, request.params, id.as_deref()).await;
     match (reply, id) {
         (Reply::Subscribed(sub), id) => {
             // The reply goes out before the feed starts, so it precedes every notification.
@@ -151,31 +169,63 @@ async fn handle_line(ctx: &Arc<Context>, conn: &mut Connection, line: &[u8]) -> 
             .send(rpc::reply_frame(Some(&id), result))
             .await
             .map_err(drop),
-        (Reply::Later(pending), Some(id)) => {
-            let out = conn.out.clone();
-            tokio::spawn(async move {
-                let result = pending.await;
-                let _ = out.send(rpc::reply_frame(Some(&id), result)).await;
-            });
-            Ok(())
-        }
+        // Answered by the session writer through `conn.acks`.
+        (Reply::Submitted, Some(_)) => Ok(()),
     }
 }
 
-async fn write_frames(stream: Arc<Stream>, mut rx: mpsc::Receiver<Vec<u8>>) {
+async fn write_frames(
+    stream: Arc<Stream>,
+    mut out: mpsc::Receiver<Vec<u8>>,
+    mut acks: mpsc::UnboundedReceiver<AckFrame>,
+) {
     let mut w = BufWriter::with_capacity(64 * 1024, &*stream);
-    while let Some(frame) = rx.recv().await {
-        if w.write_all(&frame).await.is_err() {
+    let mut out_open = true;
+    loop {
+        // Acknowledgements first: they release in-flight permits and are what writers wait on.
+        let frame = tokio::select! {
+            biased;
+            Some(ack) = acks.recv() => Outgoing::Ack(ack),
+            f = out.recv(), if out_open => match f {
+                Some(f) => Outgoing::Out(f),
+                None => { out_open = false; continue; }
+            },
+            else => return,
+        };
+        if w.write_all(frame.bytes()).await.is_err() {
             return;
         }
+        drop(frame);
         // Batch whatever else is ready into the same write.
-        while let Ok(frame) = rx.try_recv() {
-            if w.write_all(&frame).await.is_err() {
+        loop {
+            let more = match acks.try_recv() {
+                Ok(ack) => Outgoing::Ack(ack),
+                Err(_) => match out.try_recv() {
+                    Ok(f) => Outgoing::Out(f),
+                    Err(_) => break,
+                },
+            };
+            if w.write_all(more.bytes()).await.is_err() {
                 return;
             }
         }
         if w.flush().await.is_err() {
             return;
+        }
+    }
+}
+
+/// A frame taken from either queue.
+enum Outgoing {
+    Ack(AckFrame),
+    Out(Vec<u8>),
+}
+
+impl Outgoing {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Outgoing::Ack(a) => &a.frame,
+            Outgoing::Out(f) => f,
         }
     }
 }

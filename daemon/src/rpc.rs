@@ -1,7 +1,5 @@
 //! JSON-RPC parsing, method dispatch and reply encoding.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -12,9 +10,9 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 
-use crate::connection::Connection;
+use crate::connection::{AckFrame, Connection};
 use crate::server::Context;
-use crate::store::{EventJson, NewEventRaw, QueryFilter, Session, StoreError};
+use crate::store::{Ack, EventJson, NewEventRaw, QueryFilter, Session, StoreError};
 use crate::subscription::Subscription;
 
 /// The JSON bytes of a result, or an error.
@@ -22,9 +20,9 @@ pub type RpcResult = Result<Vec<u8>, RpcError>;
 
 pub enum Reply {
     Now(RpcResult),
-    /// Answered when the future completes (an append waiting for its fsync); later requests
+    /// Handed to a session writer, which answers once the event is durable; later requests
     /// on the connection are not held up by it.
-    Later(Pin<Box<dyn Future<Output = RpcResult> + Send>>),
+    Submitted,
     /// A new subscription: the connection sends the reply, then starts the feed, so the reply
     /// comes before every notification.
     Subscribed(Subscription),
@@ -174,10 +172,11 @@ pub async fn dispatch(
     conn: &mut Connection,
     method: &str,
     raw: Option<&RawValue>,
+    id: Option<&RawValue>,
 ) -> Reply {
     let now = |r: RpcResult| Reply::Now(r);
     match method {
-        "append" => match append(ctx, raw).await {
+        "append" => match append(ctx, conn, raw, id).await {
             Ok(reply) => reply,
             Err(e) => now(Err(e)),
         },
@@ -216,7 +215,12 @@ struct AppendParams {
     event: NewEventRaw,
 }
 
-async fn append(ctx: &Arc<Context>, raw: Option<&RawValue>) -> Result<Reply, RpcError> {
+async fn append(
+    ctx: &Arc<Context>,
+    conn: &Connection,
+    raw: Option<&RawValue>,
+    id: Option<&RawValue>,
+) -> Result<Reply, RpcError> {
     let p: AppendParams = params(raw)?;
     check_session_id(&p.session_id, "session_id")?;
     if let Some(s) = &p.event.stream_id {
@@ -225,22 +229,27 @@ async fn append(ctx: &Arc<Context>, raw: Option<&RawValue>) -> Result<Reply, Rpc
     p.event
         .validate()
         .map_err(|m| RpcError::new(codes::INVALID_PARAMS, m))?;
-    let pending = ctx
-        .store
-        .session(&p.session_id)
-        .submit(p.event)
+    // Waits only when this connection already has its fill of appends in flight.
+    let permit = conn
+        .in_flight
+        .clone()
+        .acquire_owned()
         .await
-        .map_err(store_error)?;
-    Ok(Reply::Later(Box::pin(async move {
-        let ack = pending.wait().await.map_err(store_error)?;
-        let mut json = Vec::with_capacity(64);
-        json.extend_from_slice(b"{\"lsn\":");
-        json.extend_from_slice(ack.lsn.to_string().as_bytes());
-        json.extend_from_slice(b",\"id\":\"");
-        json.extend_from_slice(ack.id.as_bytes());
-        json.extend_from_slice(b"\"}");
-        Ok(json)
-    })))
+        .map_err(|_| RpcError::new(codes::SHUTTING_DOWN, "the connection is closing"))?;
+    let acks = conn.acks.clone();
+    let id = id.map(|i| i.to_owned());
+    let ack = Ack::new(move |result| {
+        let Some(id) = id else { return };
+        let result =
+            result.map(|a| format!("{{\"lsn\":{},\"id\":\"{}\"}}", a.lsn, a.id).into_bytes());
+        let frame = reply_frame(Some(&id), result.map_err(store_error));
+        let _ = acks.send(AckFrame {
+            frame,
+            _in_flight: permit,
+        });
+    });
+    ctx.store.session(&p.session_id).submit(p.event, ack);
+    Ok(Reply::Submitted)
 }
 
 #[derive(Deserialize)]

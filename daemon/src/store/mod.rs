@@ -25,18 +25,15 @@ use std::sync::{Arc, RwLock};
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use tokio::sync::{mpsc, oneshot};
 
 pub use reader::{QueryFilter, ReadPage, read_range};
-pub use session::{EventJson, PendingAppend, Session, SessionMeta, SessionState};
+pub use session::{EventJson, Session, SessionMeta, SessionState};
+pub use writer::Ack;
 
 use crate::config::FsyncPolicy;
 use index::SparseIndex;
 use recovery::Damage;
-use writer::{Writer, WriterMsg};
-
-/// Appends queued per session before submitters wait (backpressure to the connections).
-const WRITER_QUEUE: usize = 4096;
+use writer::WriterEnv;
 
 /// The store's share of the configuration.
 #[derive(Debug, Clone)]
@@ -249,7 +246,7 @@ impl Store {
                     payload: Some(RawValue::from_string(payload.to_string()).expect("valid json")),
                     ..Default::default()
                 };
-                store.session(session).submit(event).await?.wait().await?;
+                store.session(session).append(event).await?;
             }
         }
         Ok((store, notes))
@@ -306,23 +303,18 @@ impl Store {
         state: SessionState,
         quarantine: Option<String>,
     ) -> Arc<Session> {
-        let live = self.inner.settings.live_buffer;
-        if quarantine.is_some() {
-            return Arc::new(Session::new(id, path, None, quarantine, state, live));
-        }
-        let next_lsn = state.last_lsn + 1;
-        let (tx, rx) = mpsc::channel(WRITER_QUEUE);
-        let session = Arc::new(Session::new(id, path, Some(tx), None, state, live));
-        let settings = self.inner.settings.clone();
-        let writer = Writer::new(
-            session.clone(),
-            settings,
-            self.inner.stats.clone(),
-            len,
-            next_lsn,
-        );
-        tokio::spawn(writer.run(rx));
-        session
+        Arc::new(match quarantine {
+            Some(reason) => {
+                Session::quarantined(id, path, reason, state, self.inner.settings.live_buffer)
+            }
+            None => {
+                let env = WriterEnv {
+                    settings: self.inner.settings.clone(),
+                    stats: self.inner.stats.clone(),
+                };
+                Session::open(id, path, len, state, env)
+            }
+        })
     }
 
     /// Every session with at least one event, most recently active first.
@@ -386,21 +378,20 @@ impl Store {
             .map_err(|e| StoreError::io("query task", &io::Error::other(e.to_string())))?
     }
 
-    /// Syncs and closes every log; appends queued before this call are written first.
+    /// Syncs and closes every log; appends queued before this call are written first, and
+    /// later ones are refused.
     pub async fn shutdown(&self) {
-        let writers: Vec<_> = self
+        let sessions: Vec<_> = self
             .inner
             .sessions
             .read()
             .unwrap()
             .values()
-            .filter_map(|s| s.writer().cloned())
+            .cloned()
             .collect();
-        for w in writers {
-            let (done, rx) = oneshot::channel();
-            if w.send(WriterMsg::Shutdown { done }).await.is_ok() {
-                let _ = rx.await;
-            }
+        let running: Vec<_> = sessions.iter().filter_map(|s| s.close_writer()).collect();
+        for done in running {
+            let _ = done.await;
         }
     }
 }

@@ -1,16 +1,21 @@
 //! The single writer of one session log, with group commit: every append queued while the
 //! previous batch was being written and synced goes out in the next batch, as one `write` and
 //! (under `fsync = "always"`) one `fdatasync`.
+//!
+//! The writer is a dedicated OS thread, started by the first append to an idle session and
+//! ending after a quiet spell. It blocks on disk I/O without holding up the async workers, and
+//! it acknowledges each append itself (see [`Ack`]), so an append crosses threads twice: from
+//! its connection to the writer, and from the writer to the connection's reply queue.
 
 use std::fs::File;
 use std::io::{self, Write};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use serde::Serialize;
 use serde_json::value::RawValue;
-use tokio::sync::{mpsc, oneshot};
 
 use super::index::IndexEntry;
 use super::record;
@@ -22,14 +27,43 @@ use crate::config::FsyncPolicy;
 const MAX_BATCH_EVENTS: usize = 4096;
 /// A batch stops growing past this many bytes.
 const MAX_BATCH_BYTES: usize = 8 << 20;
+/// A writer thread with nothing to do for this long ends; the next append starts another.
+const IDLE_EXIT: Duration = Duration::from_secs(30);
+
+type AckFn = Box<dyn FnOnce(Result<AppendAck, StoreError>) + Send>;
+
+/// How an append is answered. Called exactly once: if the writer goes away without calling it
+/// (the daemon stopping), dropping it answers "shutting down", so no request goes unanswered.
+pub struct Ack(Option<AckFn>);
+
+impl Ack {
+    pub fn new(f: impl FnOnce(Result<AppendAck, StoreError>) + Send + 'static) -> Ack {
+        Ack(Some(Box::new(f)))
+    }
+    pub(crate) fn send(mut self, result: Result<AppendAck, StoreError>) {
+        if let Some(f) = self.0.take() {
+            f(result);
+        }
+    }
+}
+
+impl Drop for Ack {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            f(Err(StoreError::ShuttingDown));
+        }
+    }
+}
 
 pub(crate) enum WriterMsg {
     Append {
         event: NewEventRaw,
-        ack: oneshot::Sender<Result<AppendAck, StoreError>>,
+        ack: Ack,
     },
-    /// Sync what is written and stop; answers once the log is closed.
-    Shutdown { done: oneshot::Sender<()> },
+    /// Sync what is written and stop; `done` is dropped once the log is closed.
+    Shutdown {
+        done: tokio::sync::oneshot::Sender<()>,
+    },
 }
 
 /// The serialized form of a stored event; field order is the on-disk order (`lsn` first, which
@@ -62,10 +96,8 @@ pub(crate) fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-pub(crate) struct Writer {
-    session: Arc<Session>,
-    settings: StoreSettings,
-    stats: Arc<StoreStats>,
+/// What a session's writer knows, kept in the session between writer threads.
+pub(crate) struct WriterState {
     file: Option<Arc<File>>,
     idx_file: Option<File>,
     /// Bytes of the log that are written (and, under "always", synced).
@@ -81,31 +113,14 @@ pub(crate) struct Writer {
     stream_id: Option<String>,
 }
 
-struct Prepared {
-    buf: Vec<u8>,
-    /// (lsn, id, start of line in buf, length of the event body)
-    lines: Vec<(u64, String, usize, usize)>,
-    acks: Vec<oneshot::Sender<Result<AppendAck, StoreError>>>,
-    must_sync: bool,
-    timestamp: u64,
-    /// The lineage this batch gives a session that had none yet.
-    new_lineage: Option<String>,
-}
-
-impl Writer {
+impl WriterState {
     pub(crate) fn new(
-        session: Arc<Session>,
-        settings: StoreSettings,
-        stats: Arc<StoreStats>,
         len: u64,
         next_lsn: u64,
-    ) -> Writer {
-        let last_index_offset = session.index.read().unwrap().last().map(|e| e.offset);
-        let stream_id = session.meta.lock().unwrap().stream_id.clone();
-        Writer {
-            session,
-            settings,
-            stats,
+        last_index_offset: Option<u64>,
+        stream_id: Option<String>,
+    ) -> Self {
+        WriterState {
             file: None,
             idx_file: None,
             len,
@@ -117,73 +132,120 @@ impl Writer {
             stream_id,
         }
     }
+}
 
-    pub(crate) async fn run(mut self, mut rx: mpsc::Receiver<WriterMsg>) {
-        let mut tick =
-            tokio::time::interval(Duration::from_millis(self.settings.fsync_interval_ms));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let periodic = self.settings.fsync == FsyncPolicy::Interval;
-        let mut batch = Vec::new();
-        loop {
-            let first = tokio::select! {
-                biased;
-                msg = rx.recv() => msg,
-                _ = tick.tick(), if periodic && self.dirty => {
-                    self.sync_now().await;
-                    continue;
-                }
-            };
-            let mut shutdown = None;
-            match first {
-                None => {}
-                Some(WriterMsg::Shutdown { done }) => shutdown = Some(done),
-                Some(WriterMsg::Append { event, ack }) => batch.push((event, ack)),
+/// Everything a writer thread needs besides its session.
+#[derive(Clone)]
+pub(crate) struct WriterEnv {
+    pub settings: StoreSettings,
+    pub stats: Arc<StoreStats>,
+}
+
+struct Writer<'a> {
+    session: &'a Session,
+    env: &'a WriterEnv,
+    state: &'a mut WriterState,
+}
+
+struct Prepared {
+    buf: Vec<u8>,
+    /// (lsn, id, start of line in buf, length of the event body)
+    lines: Vec<(u64, String, usize, usize)>,
+    acks: Vec<Ack>,
+    must_sync: bool,
+    timestamp: u64,
+    /// The lineage this batch gives a session that had none yet.
+    new_lineage: Option<String>,
+}
+
+/// The body of a writer thread: takes the session's writer state and serves `rx` until told
+/// to stop, or until idle (then hands the state back for the next thread).
+pub(crate) fn run(session: Arc<Session>, rx: Receiver<WriterMsg>, env: WriterEnv) {
+    let mut state = session.writer_state();
+    let mut w = Writer {
+        session: &session,
+        env: &env,
+        state: &mut state,
+    };
+    let sync_period = Duration::from_millis(env.settings.fsync_interval_ms);
+    let periodic = env.settings.fsync == FsyncPolicy::Interval;
+    let mut last_sync = Instant::now();
+    let mut batch = Vec::new();
+    loop {
+        let wait = if periodic && w.state.dirty {
+            sync_period.saturating_sub(last_sync.elapsed())
+        } else {
+            IDLE_EXIT
+        };
+        let first = match rx.recv_timeout(wait) {
+            Ok(msg) => msg,
+            Err(RecvTimeoutError::Timeout) if periodic && w.state.dirty => {
+                w.sync_now();
+                last_sync = Instant::now();
+                continue;
             }
-            let mut bytes = 0;
-            while shutdown.is_none() && batch.len() < MAX_BATCH_EVENTS && bytes < MAX_BATCH_BYTES {
-                match rx.try_recv() {
-                    Ok(WriterMsg::Append { event, ack }) => {
-                        bytes += event.approx_len();
-                        batch.push((event, ack));
-                    }
-                    Ok(WriterMsg::Shutdown { done }) => shutdown = Some(done),
-                    Err(_) => break,
+            Err(RecvTimeoutError::Timeout) => match session.retire_writer(&rx) {
+                Some(msg) => msg,
+                None => break,
+            },
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        let mut shutdown = None;
+        match first {
+            WriterMsg::Shutdown { done } => shutdown = Some(done),
+            WriterMsg::Append { event, ack } => batch.push((event, ack)),
+        }
+        let mut bytes = 0;
+        while shutdown.is_none() && batch.len() < MAX_BATCH_EVENTS && bytes < MAX_BATCH_BYTES {
+            match rx.try_recv() {
+                Ok(WriterMsg::Append { event, ack }) => {
+                    bytes += event.approx_len();
+                    batch.push((event, ack));
                 }
-            }
-            if !batch.is_empty() {
-                self.write_batch(std::mem::take(&mut batch)).await;
-            }
-            if first_is_none_or_shutdown(&shutdown, rx.is_closed()) {
-                if self.dirty {
-                    self.sync_now().await;
-                }
-                if let Some(done) = shutdown {
-                    let _ = done.send(());
-                }
-                return;
+                Ok(WriterMsg::Shutdown { done }) => shutdown = Some(done),
+                Err(_) => break,
             }
         }
+        if !batch.is_empty() {
+            w.write_batch(std::mem::take(&mut batch));
+        }
+        if periodic && w.state.dirty && last_sync.elapsed() >= sync_period {
+            w.sync_now();
+            last_sync = Instant::now();
+        }
+        if let Some(done) = shutdown {
+            session.retire_writer_for_good(&rx);
+            if w.state.dirty {
+                w.sync_now();
+            }
+            drop(done);
+            return;
+        }
     }
+    if w.state.dirty {
+        w.sync_now();
+    }
+}
 
-    fn prepare(
-        &mut self,
-        batch: Vec<(NewEventRaw, oneshot::Sender<Result<AppendAck, StoreError>>)>,
-    ) -> Prepared {
+impl Writer<'_> {
+    fn prepare(&mut self, batch: Vec<(NewEventRaw, Ack)>) -> Prepared {
         let timestamp = now_ms();
         let mut p = Prepared {
             buf: Vec::with_capacity(batch.iter().map(|(e, _)| e.approx_len() + 160).sum()),
             lines: Vec::with_capacity(batch.len()),
             acks: Vec::with_capacity(batch.len()),
-            must_sync: self.settings.fsync == FsyncPolicy::Always,
+            must_sync: self.env.settings.fsync == FsyncPolicy::Always,
             timestamp,
             new_lineage: None,
         };
+        let empty_payload: &RawValue = serde_json::from_str("{}").expect("valid json");
         // An event without a stream_id joins the session's lineage: the first event's stream.
-        let mut lineage = self.stream_id.clone();
-        let empty_payload: &RawValue = serde_json::from_str("{}").unwrap();
+        let mut lineage = self.state.stream_id.clone();
+        let mut object = Vec::with_capacity(512);
         for (i, (event, ack)) in batch.into_iter().enumerate() {
-            let lsn = self.next_lsn + i as u64;
+            let lsn = self.state.next_lsn + i as u64;
             let id = self
+                .state
                 .ids
                 .generate()
                 .unwrap_or_else(|_| ulid::Ulid::new())
@@ -215,9 +277,9 @@ impl Writer {
                 metadata: event.metadata.as_deref(),
                 raw: event.raw.as_deref(),
             };
+            object.clear();
+            serde_json::to_writer(&mut object, &stored).expect("serializing to a Vec cannot fail");
             let start = p.buf.len();
-            serde_json::to_writer(&mut p.buf, &stored).expect("serializing to a Vec cannot fail");
-            let object = p.buf.split_off(start);
             record::seal(&object, &mut p.buf);
             p.must_sync |= event.event_type.starts_with("checkpoint.");
             p.lines.push((lsn, id, start, object.len() - 1));
@@ -226,17 +288,14 @@ impl Writer {
         p
     }
 
-    async fn write_batch(
-        &mut self,
-        batch: Vec<(NewEventRaw, oneshot::Sender<Result<AppendAck, StoreError>>)>,
-    ) {
-        if let Some(reason) = &self.failed {
+    fn write_batch(&mut self, batch: Vec<(NewEventRaw, Ack)>) {
+        if let Some(reason) = &self.state.failed {
             let err = StoreError::Failed {
                 session: self.session.id.clone(),
                 reason: reason.clone(),
             };
             for (_, ack) in batch {
-                let _ = ack.send(Err(err.clone()));
+                ack.send(Err(err.clone()));
             }
             return;
         }
@@ -245,24 +304,8 @@ impl Writer {
             Ok(f) => f,
             Err(e) => return fail_all(p.acks, StoreError::io("opening the log", &e)),
         };
-        let old_len = self.len;
-        let must_sync = p.must_sync;
-        let buf = p.buf;
-        let written = tokio::task::spawn_blocking(move || {
-            let result = write_durably(&file, &buf, old_len, must_sync);
-            (buf, result)
-        })
-        .await;
-        let (buf, result) = match written {
-            Ok(x) => x,
-            Err(e) => {
-                return fail_all(
-                    p.acks,
-                    StoreError::io("writer task", &io::Error::other(e.to_string())),
-                );
-            }
-        };
-        match result {
+        let old_len = self.state.len;
+        match write_durably(&file, &p.buf, old_len, p.must_sync) {
             Ok(()) => {}
             Err(WriteFailure::Rejected(e)) => {
                 tracing::error!(session = %self.session.id, error = %e, "append failed; the log is unchanged");
@@ -271,35 +314,36 @@ impl Writer {
             Err(WriteFailure::Broken(e)) => {
                 let reason = format!("the log could not be restored after a failed write: {e}");
                 tracing::error!(session = %self.session.id, %reason, "session writer stopped");
-                self.failed = Some(reason);
+                self.state.failed = Some(reason);
                 return fail_all(p.acks, StoreError::io("writing the log", &e));
             }
         }
-        self.stats
-            .fsyncs
-            .fetch_add(must_sync as u64, std::sync::atomic::Ordering::Relaxed);
-        self.stats
+        let relaxed = std::sync::atomic::Ordering::Relaxed;
+        self.env.stats.fsyncs.fetch_add(p.must_sync as u64, relaxed);
+        self.env
+            .stats
             .appends
-            .fetch_add(p.lines.len() as u64, std::sync::atomic::Ordering::Relaxed);
-        self.stats
+            .fetch_add(p.lines.len() as u64, relaxed);
+        self.env
+            .stats
             .bytes_written
-            .fetch_add(buf.len() as u64, std::sync::atomic::Ordering::Relaxed);
-        self.dirty |= !must_sync;
+            .fetch_add(p.buf.len() as u64, relaxed);
+        self.state.dirty |= !p.must_sync;
 
-        let buf = Bytes::from(buf);
+        let buf = Bytes::from(p.buf);
         self.index_lines(old_len, &p.lines);
-        self.len = old_len + buf.len() as u64;
-        let last_lsn = p.lines.last().map_or(self.next_lsn - 1, |l| l.0);
-        self.next_lsn = last_lsn + 1;
+        self.state.len = old_len + buf.len() as u64;
+        let last_lsn = p.lines.last().map_or(self.state.next_lsn - 1, |l| l.0);
+        self.state.next_lsn = last_lsn + 1;
         {
             let mut meta = self.session.meta.lock().unwrap();
             if let Some(root) = p.new_lineage {
                 meta.stream_id = Some(root.clone());
                 meta.first_ts = p.timestamp;
-                self.stream_id = Some(root);
+                self.state.stream_id = Some(root);
             }
             meta.last_ts = p.timestamp;
-            meta.bytes = self.len;
+            meta.bytes = self.state.len;
         }
         self.session.set_committed(last_lsn);
         for ((lsn, id, start, body_len), ack) in p.lines.into_iter().zip(p.acks) {
@@ -307,22 +351,23 @@ impl Writer {
                 .session
                 .live
                 .send(EventJson::new(lsn, buf.slice(start..start + body_len)));
-            let _ = ack.send(Ok(AppendAck { lsn, id }));
+            ack.send(Ok(AppendAck { lsn, id }));
         }
     }
 
     /// Adds sparse index entries for the lines just written (same rule as recovery's rebuild).
     fn index_lines(&mut self, base: u64, lines: &[(u64, String, usize, usize)]) {
-        let interval = self.settings.index_interval_bytes;
+        let interval = self.env.settings.index_interval_bytes;
         let mut added = Vec::new();
         for &(lsn, _, start, _) in lines {
             let offset = base + start as u64;
             if self
+                .state
                 .last_index_offset
                 .is_none_or(|last| offset >= last + interval)
             {
                 added.push(IndexEntry { lsn, offset });
-                self.last_index_offset = Some(offset);
+                self.state.last_index_offset = Some(offset);
             }
         }
         if added.is_empty() {
@@ -337,21 +382,25 @@ impl Writer {
         // The on-disk index is a cache: a failure here costs a rebuild at the next start.
         if let Err(e) = self.append_index_file(&added) {
             tracing::warn!(session = %self.session.id, error = %e, "could not extend the index file");
-            self.idx_file = None;
+            self.state.idx_file = None;
         }
     }
 
     fn append_index_file(&mut self, entries: &[IndexEntry]) -> io::Result<()> {
-        if self.idx_file.is_none() {
+        if self.state.idx_file.is_none() {
             let path = self.session.path.with_extension("idx");
-            self.idx_file = Some(super::private_file().create(true).append(true).open(path)?);
+            self.state.idx_file = Some(super::private_file().create(true).append(true).open(path)?);
         }
         let bytes: Vec<u8> = entries.iter().flat_map(|e| e.to_bytes()).collect();
-        self.idx_file.as_mut().unwrap().write_all(&bytes)
+        self.state
+            .idx_file
+            .as_mut()
+            .expect("opened above")
+            .write_all(&bytes)
     }
 
     fn log_file(&mut self) -> io::Result<Arc<File>> {
-        if let Some(f) = &self.file {
+        if let Some(f) = &self.state.file {
             return Ok(f.clone());
         }
         let existed = self.session.path.exists();
@@ -367,40 +416,36 @@ impl Writer {
                 File::open(dir)?.sync_all()?;
             }
         }
-        self.file = Some(f.clone());
+        self.state.file = Some(f.clone());
         Ok(f)
     }
 
-    async fn sync_now(&mut self) {
-        let Some(file) = self.file.clone() else {
+    fn sync_now(&mut self) {
+        let Some(file) = self.state.file.clone() else {
             return;
         };
-        match tokio::task::spawn_blocking(move || file.sync_data()).await {
-            Ok(Ok(())) => {
-                self.dirty = false;
-                self.stats
+        match file.sync_data() {
+            Ok(()) => {
+                self.state.dirty = false;
+                self.env
+                    .stats
                     .fsyncs
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
-            Ok(Err(e)) => {
+            Err(e) => {
                 // After a failed fsync the kernel may have dropped the dirty pages: what was
                 // acknowledged can no longer be vouched for, so stop taking appends.
                 let reason = format!("background fsync failed: {e}");
                 tracing::error!(session = %self.session.id, %reason, "session writer stopped");
-                self.failed = Some(reason);
+                self.state.failed = Some(reason);
             }
-            Err(e) => tracing::error!(session = %self.session.id, error = %e, "fsync task failed"),
         }
     }
 }
 
-fn first_is_none_or_shutdown(shutdown: &Option<oneshot::Sender<()>>, closed: bool) -> bool {
-    shutdown.is_some() || closed
-}
-
-fn fail_all(acks: Vec<oneshot::Sender<Result<AppendAck, StoreError>>>, err: StoreError) {
+fn fail_all(acks: Vec<Ack>, err: StoreError) {
     for ack in acks {
-        let _ = ack.send(Err(err.clone()));
+        ack.send(Err(err.clone()));
     }
 }
 
