@@ -1,0 +1,808 @@
+//! Benchmark driver: dstream vs the Durable Streams Rust reference server (0.1.5), same
+//! machine, same run, one after the other (never concurrently).
+//!
+//! Run: `cargo run --release -p dstream-tests --bin bench [-- --quick] [--events N]
+//! [--duration SECS] [--warmup SECS] [--skip-reference] [--skip-dstream]`.
+//! Prints one markdown table to stdout and writes it to `<repo>/.bench-cache/last-bench.md`.
+//! Progress goes to stderr.
+
+// A crate root looks for modules next to itself, so point at the bench/ directory.
+#[path = "bench/http.rs"]
+mod http;
+#[path = "bench/load.rs"]
+mod load;
+#[path = "bench/procs.rs"]
+mod procs;
+#[path = "bench/reference.rs"]
+mod reference;
+#[path = "bench/rpc.rs"]
+mod rpc;
+#[path = "bench/stats.rs"]
+mod stats;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+
+use load::{Appender, HttpAppender, LoadResult, RpcAppender, closed_loop};
+use procs::{DstreamSetup, RefSetup, rss_mb};
+use stats::{Better, Table, pcts};
+
+const FSYNC_ALWAYS: &str = "fsync = \"always\"";
+const FSYNC_INTERVAL: &str = "fsync = \"interval\"\nfsync_interval_ms = 20";
+const FSYNC_NEVER: &str = "fsync = \"never\"";
+/// Pipelined bulk load of the big session: connections and requests in flight per connection.
+const BULK_CONNS: usize = 2;
+const BULK_WINDOW: u64 = 256;
+/// Events per JSON-array POST when bulk loading the reference server.
+const REF_BATCH: u64 = 1000;
+const READ_REPEATS: usize = 50;
+const RECOVERY_RUNS: usize = 3;
+
+struct Opts {
+    warmup: Duration,
+    measure: Duration,
+    events: u64,
+    skip_reference: bool,
+    skip_dstream: bool,
+}
+
+fn parse_args() -> Result<Opts> {
+    let mut o = Opts {
+        warmup: Duration::from_millis(500),
+        measure: Duration::from_secs(5),
+        events: 1_000_000,
+        skip_reference: false,
+        skip_dstream: false,
+    };
+    let mut args = std::env::args().skip(1);
+    let secs = |v: Option<String>, flag: &str| -> Result<Duration> {
+        let v: f64 = v
+            .with_context(|| format!("{flag} needs a value"))?
+            .parse()
+            .with_context(|| format!("bad {flag}"))?;
+        if !(0.0..=600.0).contains(&v) {
+            bail!("{flag} must be between 0 and 600 seconds");
+        }
+        Ok(Duration::from_secs_f64(v))
+    };
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--quick" => {
+                o.warmup = Duration::from_millis(300);
+                o.measure = Duration::from_millis(1500);
+            }
+            "--events" => {
+                o.events = args
+                    .next()
+                    .context("--events needs a value")?
+                    .parse()
+                    .context("bad --events")?;
+                if o.events < 100 {
+                    bail!("--events must be at least 100");
+                }
+            }
+            "--duration" => o.measure = secs(args.next(), "--duration")?,
+            "--warmup" => o.warmup = secs(args.next(), "--warmup")?,
+            "--skip-reference" => o.skip_reference = true,
+            "--skip-dstream" => o.skip_dstream = true,
+            "-h" | "--help" => {
+                println!(
+                    "usage: bench [--quick] [--events N] [--duration SECS] [--warmup SECS] [--skip-reference] [--skip-dstream]"
+                );
+                std::process::exit(0);
+            }
+            other => bail!("unknown argument {other:?} (try --help)"),
+        }
+    }
+    Ok(o)
+}
+
+/// Measured values by metric key, one map per server.
+type Metrics = HashMap<&'static str, f64>;
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
+    let o = parse_args()?;
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .context("no repo root")?
+        .to_path_buf();
+    // Build first: `cargo run --bin bench` only builds the bench itself.
+    let dstream_bin = if o.skip_dstream {
+        None
+    } else {
+        Some(procs::build_daemon(&repo)?)
+    };
+    let ref_bin = if o.skip_reference {
+        None
+    } else {
+        Some(procs::ensure_reference(&repo)?)
+    };
+
+    // Temp dirs on the real disk (fsync must be real), never tmpfs.
+    let tmp_root = repo.join(".bench-cache/tmp");
+    std::fs::create_dir_all(&tmp_root)?;
+    let (fs_type, fs_dev) = filesystem_of(&tmp_root);
+    if fs_type == "tmpfs" || fs_type == "ramfs" {
+        bail!(
+            "{} is on {fs_type}; fsync would be free there",
+            tmp_root.display()
+        );
+    }
+
+    let load_start = loadavg();
+    let cpu_start = cpu_times();
+    let mut b = Bench {
+        o: &o,
+        tmp_root,
+        ours: Metrics::new(),
+        theirs: Metrics::new(),
+        notes: Vec::new(),
+    };
+    let (d, r) = (dstream_bin.as_deref(), ref_bin.as_deref());
+    if let Some(bin) = d {
+        b.dstream_idle_rss(bin)?;
+    }
+    if let Some(bin) = r {
+        b.reference_idle_rss(bin)?;
+    }
+    // Each durable append scenario runs on dstream and then right away on the reference, so
+    // that both see the same machine state (disk and host noise drift over a run).
+    for scenario in APPEND_SCENARIOS {
+        if let Some(bin) = d {
+            b.dstream_appends(bin, "always", scenario)?;
+        }
+        if let Some(bin) = r {
+            b.reference_appends(bin, scenario)?;
+        }
+    }
+    if let Some(bin) = d {
+        for scenario in APPEND_SCENARIOS {
+            b.dstream_appends(bin, "interval", scenario)?;
+        }
+        b.dstream_subscriber(bin)?;
+        b.dstream_big(bin)?;
+    }
+    if let Some(bin) = r {
+        b.reference_big(bin)?;
+    }
+
+    let (cpu_end, mut load) = (
+        cpu_times(),
+        format!("{load_start} at start, {} at end", loadavg()),
+    );
+    // Steal time: on a VM, the host taking CPUs away shows up here and makes numbers noisy.
+    if let (Some((t0, s0)), Some((t1, s1))) = (cpu_start, cpu_end)
+        && t1 > t0
+    {
+        load.push_str(&format!(
+            "; CPU steal during the run {:.1}%",
+            100.0 * (s1 - s0) as f64 / (t1 - t0) as f64
+        ));
+    }
+    let out = render(&o, &load, &b.ours, &b.theirs, &b.notes, &fs_type, &fs_dev);
+    println!("{out}");
+    let path = repo.join(".bench-cache/last-bench.md");
+    std::fs::write(&path, &out).with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("bench: table written to {}", path.display());
+    Ok(())
+}
+
+fn tempdir(root: &Path, prefix: &str) -> Result<tempfile::TempDir> {
+    Ok(tempfile::Builder::new().prefix(prefix).tempdir_in(root)?)
+}
+
+/// Flushes everything dirty so one scenario's writeback does not land in the next one.
+fn sync_disk() {
+    unsafe { libc::sync() };
+}
+
+/// (connections, shared session?, metric key prefix) of the append scenarios.
+const APPEND_SCENARIOS: [(usize, bool, &str); 3] = [
+    (1, false, "c1"),
+    (16, false, "c16"),
+    (16, true, "c16shared"),
+];
+
+/// Metric keys are built from a few fixed parts; leaking them keeps the map simple.
+fn leak(s: String) -> &'static str {
+    Box::leak(s.into_boxed_str())
+}
+
+/// The run's state: options, where temp dirs go, and what was measured so far.
+struct Bench<'a> {
+    o: &'a Opts,
+    tmp_root: PathBuf,
+    ours: Metrics,
+    theirs: Metrics,
+    notes: Vec<String>,
+}
+
+impl Bench<'_> {
+    fn dstream(&self, bin: &Path, prefix: &str) -> Result<(tempfile::TempDir, DstreamSetup)> {
+        let dir = tempdir(&self.tmp_root, prefix)?;
+        let setup = DstreamSetup {
+            bin: bin.into(),
+            dir: dir.path().into(),
+        };
+        Ok((dir, setup))
+    }
+
+    fn reference(&self, bin: &Path, prefix: &str) -> Result<(tempfile::TempDir, RefSetup)> {
+        let dir = tempdir(&self.tmp_root, prefix)?;
+        let setup = RefSetup {
+            bin: bin.into(),
+            dir: dir.path().into(),
+        };
+        Ok((dir, setup))
+    }
+
+    fn record_load(&mut self, ours: bool, key: &str, label: &str, mut r: LoadResult) {
+        let (side, m) = if ours {
+            ("dstream", &mut self.ours)
+        } else {
+            ("reference", &mut self.theirs)
+        };
+        let p = pcts(&mut r.lat_ns, 1e3);
+        eprintln!(
+            "bench:   {side} {label}: {:.0} appends/s, p50 {:?} µs, p99 {:?} µs, errors {}",
+            r.per_sec, p.p50, p.p99, r.errors
+        );
+        m.insert(leak(format!("{key}/s")), r.per_sec);
+        p.p50.map(|v| m.insert(leak(format!("{key}/p50")), v));
+        p.p99.map(|v| m.insert(leak(format!("{key}/p99")), v));
+        if let Some(v) = r.max_rss_mb {
+            m.insert("rss/load", v);
+        }
+        if r.errors > 0 {
+            self.notes.push(format!(
+                "{side} {label}: {} failed appends; first: {}",
+                r.errors,
+                r.first_error.unwrap_or_default()
+            ));
+        }
+    }
+
+    fn dstream_idle_rss(&mut self, bin: &Path) -> Result<()> {
+        eprintln!("bench: dstream: idle RSS");
+        let (_dir, s) = self.dstream(bin, "dstream-")?;
+        let (d, _) = s.start(FSYNC_ALWAYS)?;
+        std::thread::sleep(Duration::from_secs(1));
+        if let Some(v) = rss_mb(d.pid()) {
+            self.ours.insert("rss/idle", v);
+        }
+        d.stop()?;
+        Ok(())
+    }
+
+    fn reference_idle_rss(&mut self, bin: &Path) -> Result<()> {
+        eprintln!("bench: reference: idle RSS");
+        let (_dir, s) = self.reference(bin, "ref-")?;
+        let (r, _, _) = s.start()?;
+        std::thread::sleep(Duration::from_secs(1));
+        if let Some(v) = rss_mb(r.pid()) {
+            self.theirs.insert("rss/idle", v);
+        }
+        r.stop()?;
+        Ok(())
+    }
+
+    fn dstream_appends(
+        &mut self,
+        bin: &Path,
+        policy: &str,
+        (conns, shared, key): (usize, bool, &str),
+    ) -> Result<()> {
+        let store = if policy == "always" {
+            FSYNC_ALWAYS
+        } else {
+            FSYNC_INTERVAL
+        };
+        let label = format!(
+            "fsync={policy} C={conns}{}",
+            if shared { " shared session" } else { "" }
+        );
+        eprintln!("bench: dstream: appends, {label}");
+        let (dir, s) = self.dstream(bin, "dstream-")?;
+        let (d, _) = s.start(store)?;
+        let appenders = (0..conns)
+            .map(|k| {
+                let session = if shared {
+                    "bench-shared".to_string()
+                } else {
+                    format!("bench-{k}")
+                };
+                Ok(Box::new(RpcAppender::connect(&s.socket(), &session)?) as Box<dyn Appender>)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let rss_pid = (policy == "always" && conns == 16 && !shared).then(|| d.pid());
+        let r = closed_loop(appenders, self.o.warmup, self.o.measure, rss_pid);
+        // The daemon's own counters show how well appends shared fsyncs (group commit).
+        let stats = rpc::Rpc::connect(&s.socket()).and_then(|mut c| c.call("stats", "{}"));
+        d.stop()?;
+        match stats {
+            Ok(v) => {
+                let (appends, fsyncs, bytes) = (
+                    v["appends"].as_f64(),
+                    v["fsyncs"].as_f64(),
+                    v["bytes_written"].as_f64(),
+                );
+                eprintln!(
+                    "bench:   daemon stats: appends {appends:?}, fsyncs {fsyncs:?}, bytes_written {bytes:?}"
+                );
+                if let (Some(a), Some(f)) = (appends, fsyncs)
+                    && policy == "always"
+                    && f > 0.0
+                {
+                    self.ours
+                        .insert(leak(format!("{policy}/{key}/perfsync")), a / f);
+                }
+                if let (Some(a), Some(b)) = (appends, bytes)
+                    && a > 0.0
+                {
+                    self.ours.insert("bytes/event", b / a);
+                }
+            }
+            Err(e) => eprintln!("bench:   warning: `stats` failed: {e:#}"),
+        }
+        self.record_load(true, &format!("{policy}/{key}"), &label, r);
+        drop(dir);
+        sync_disk();
+        Ok(())
+    }
+
+    fn reference_appends(
+        &mut self,
+        bin: &Path,
+        (conns, shared, key): (usize, bool, &str),
+    ) -> Result<()> {
+        let label = format!(
+            "wal C={conns}{}",
+            if shared { " shared stream" } else { "" }
+        );
+        eprintln!("bench: reference: appends, {label}");
+        let (dir, s) = self.reference(bin, "ref-")?;
+        let (server, _, addr) = s.start()?;
+        let appenders = (0..conns)
+            .map(|k| {
+                let stream = if shared {
+                    "bench-shared".to_string()
+                } else {
+                    format!("bench-{k}")
+                };
+                Ok(Box::new(HttpAppender::connect(&addr, &stream)?) as Box<dyn Appender>)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let rss_pid = (conns == 16 && !shared).then(|| server.pid());
+        let r = closed_loop(appenders, self.o.warmup, self.o.measure, rss_pid);
+        server.stop()?;
+        // The reference has one durable mode; its rows sit next to dstream's fsync=always.
+        self.record_load(false, &format!("always/{key}"), &label, r);
+        drop(dir);
+        sync_disk();
+        Ok(())
+    }
+
+    fn dstream_subscriber(&mut self, bin: &Path) -> Result<()> {
+        eprintln!("bench: dstream: append-to-subscriber latency (fsync=always, C=1)");
+        let (dir, s) = self.dstream(bin, "dstream-")?;
+        let (d, _) = s.start(FSYNC_ALWAYS)?;
+        let r = rpc::subscriber_latency(&s.socket(), self.o.warmup, self.o.measure);
+        d.stop()?;
+        let mut r = r?;
+        let p = pcts(&mut r.lat_ns, 1e3);
+        eprintln!(
+            "bench:   appended {}, received {}, lagged {}, errors {}, p50 {:?} µs, p99 {:?} µs",
+            r.appended, r.received, r.lagged, r.errors, p.p50, p.p99
+        );
+        p.p50.map(|v| self.ours.insert("sub/p50", v));
+        p.p99.map(|v| self.ours.insert("sub/p99", v));
+        if r.received != r.appended || r.errors > 0 || r.lagged > 0 {
+            self.notes.push(format!(
+                "dstream subscriber latency: appended {}, received {} (lagged notices {}, append errors {})",
+                r.appended, r.received, r.lagged, r.errors
+            ));
+        }
+        drop(dir);
+        sync_disk();
+        Ok(())
+    }
+
+    /// Bulk load of one big session, then restart (recovery) times, then timed reads.
+    fn dstream_big(&mut self, bin: &Path) -> Result<()> {
+        let (o, m) = (self.o, &mut self.ours);
+        eprintln!(
+            "bench: dstream: bulk load of {} events into one session (fsync=never, pipelined)",
+            o.events
+        );
+        let (dir, s) = {
+            let dir = tempdir(&self.tmp_root, "dstream-big-")?;
+            let s = DstreamSetup {
+                bin: bin.into(),
+                dir: dir.path().into(),
+            };
+            (dir, s)
+        };
+        let (d, _) = s.start(FSYNC_NEVER)?;
+        let r = rpc::bulk_load(&s.socket(), "big", o.events, BULK_CONNS, BULK_WINDOW);
+        d.stop()?;
+        let (rate, errors, first) = r?;
+        eprintln!("bench:   {rate:.0} events/s, errors {errors}");
+        m.insert("bulk/s", rate);
+        m.insert("disk/mb", dir_bytes(&s.data_dir()) as f64 / 1048576.0);
+        if errors > 0 {
+            bail!(
+                "bulk load had {errors} failed appends (first: {}); the read tests need every event",
+                first.unwrap_or_default()
+            );
+        }
+        sync_disk();
+
+        for (verify, key) in [(true, "rec/verify"), (false, "rec/noverify")] {
+            let store = format!("{FSYNC_ALWAYS}\nverify_on_start = {verify}");
+            let mut times = Vec::new();
+            for _ in 0..RECOVERY_RUNS {
+                let (d, ready) = s.start(&store)?;
+                d.stop()?;
+                times.push(ready.as_nanos() as u64);
+            }
+            eprintln!(
+                "bench: dstream: restart on {} events, verify_on_start={verify}: {:?} ms",
+                o.events,
+                ms(&times)
+            );
+            pcts(&mut times, 1e6).p50.map(|v| m.insert(key, v));
+        }
+
+        eprintln!(
+            "bench: dstream: reads of the {}-event session (fsync=always)",
+            o.events
+        );
+        let (d, _) = s.start(FSYNC_ALWAYS)?;
+        let r = rpc::time_reads(&s.socket(), "big", o.events, READ_REPEATS);
+        d.stop()?;
+        let mut r = r?;
+        let tail = pcts(&mut r.tail_ns, 1e6);
+        let seek = pcts(&mut r.seek_ns, 1e6);
+        eprintln!(
+            "bench:   tail p50 {:?} ms p99 {:?} ms; seek p50 {:?} ms p99 {:?} ms",
+            tail.p50, tail.p99, seek.p50, seek.p99
+        );
+        m.insert("tail/first", r.first_tail_ns as f64 / 1e6);
+        tail.p50.map(|v| m.insert("tail/p50", v));
+        tail.p99.map(|v| m.insert("tail/p99", v));
+        seek.p50.map(|v| m.insert("seek/p50", v));
+        seek.p99.map(|v| m.insert("seek/p99", v));
+        drop(dir);
+        sync_disk();
+        Ok(())
+    }
+
+    fn reference_big(&mut self, bin: &Path) -> Result<()> {
+        let (o, m) = (self.o, &mut self.theirs);
+        eprintln!(
+            "bench: reference: bulk load of {} events ({REF_BATCH}-event array POSTs)",
+            o.events
+        );
+        let dir = tempdir(&self.tmp_root, "ref-big-")?;
+        let s = RefSetup {
+            bin: bin.into(),
+            dir: dir.path().into(),
+        };
+        let (server, _, addr) = s.start()?;
+        let r = reference::bulk_load(&addr, "big", o.events, REF_BATCH);
+        server.stop()?;
+        let rate = r?;
+        eprintln!("bench:   {rate:.0} events/s");
+        m.insert("bulk/s", rate);
+        // Stream files only: its WAL segments are preallocated (fallocate) whatever they hold.
+        m.insert(
+            "disk/mb",
+            dir_bytes(&dir.path().join("data/streams")) as f64 / 1048576.0,
+        );
+        sync_disk();
+
+        let mut times = Vec::new();
+        for _ in 0..RECOVERY_RUNS {
+            let (server, ready, _) = s.start()?;
+            server.stop()?;
+            times.push(ready.as_nanos() as u64);
+        }
+        eprintln!(
+            "bench: reference: restart on {} events: {:?} ms",
+            o.events,
+            ms(&times)
+        );
+        pcts(&mut times, 1e6).p50.map(|v| m.insert("rec/verify", v));
+
+        eprintln!(
+            "bench: reference: tail reads of the {}-event stream",
+            o.events
+        );
+        let (server, _, addr) = s.start()?;
+        let r = reference::time_tail_reads(&addr, "big", o.events, READ_REPEATS);
+        server.stop()?;
+        let (first, mut samples) = r?;
+        let tail = pcts(&mut samples, 1e6);
+        eprintln!("bench:   tail p50 {:?} ms p99 {:?} ms", tail.p50, tail.p99);
+        m.insert("tail/first", first as f64 / 1e6);
+        tail.p50.map(|v| m.insert("tail/p50", v));
+        tail.p99.map(|v| m.insert("tail/p99", v));
+        drop(dir);
+        sync_disk();
+        Ok(())
+    }
+}
+
+fn render(
+    o: &Opts,
+    load: &str,
+    ours: &Metrics,
+    theirs: &Metrics,
+    notes: &[String],
+    fs_type: &str,
+    fs_dev: &str,
+) -> String {
+    let mut t = Table::default();
+    for (policy, ref_side) in [("always", true), ("interval", false)] {
+        for (conns, shared, key) in APPEND_SCENARIOS {
+            let what = if shared {
+                format!("C={conns}, one shared session")
+            } else if conns == 1 {
+                "C=1".to_string()
+            } else {
+                format!("C={conns}, own sessions")
+            };
+            let mode = if policy == "always" {
+                "fsync=always vs ref wal"
+            } else {
+                "fsync=interval 20 ms"
+            };
+            for (suffix, unit, better) in [
+                ("s", "throughput appends/s", Better::Higher),
+                ("p50", "latency p50 µs", Better::Lower),
+                ("p99", "latency p99 µs", Better::Lower),
+            ] {
+                let k = format!("{policy}/{key}/{suffix}");
+                let theirs_v = if ref_side {
+                    theirs.get(k.as_str()).copied()
+                } else {
+                    None
+                };
+                t.add(
+                    format!("append {unit}, {what} ({mode})"),
+                    ours.get(k.as_str()).copied(),
+                    theirs_v,
+                    better,
+                );
+                if suffix == "p99" && policy == "always" {
+                    t.add(
+                        format!("appends per fsync (daemon `stats`, warm-up included), {what}, fsync=always"),
+                        ours.get(format!("{policy}/{key}/perfsync").as_str()).copied(),
+                        None,
+                        Better::Higher,
+                    );
+                }
+            }
+        }
+    }
+    let get = |m: &Metrics, k: &str| m.get(k).copied();
+    t.add(
+        "append→subscriber latency p50 µs (C=1, fsync=always)",
+        get(ours, "sub/p50"),
+        None,
+        Better::Lower,
+    );
+    t.add(
+        "append→subscriber latency p99 µs (C=1, fsync=always)",
+        get(ours, "sub/p99"),
+        None,
+        Better::Lower,
+    );
+    t.add_incomparable(
+        format!("bulk load {} events, events/s (dstream: fsync=never, pipelined single appends; ref: wal, {REF_BATCH}-event array POSTs)", o.events),
+        get(ours, "bulk/s"),
+        get(theirs, "bulk/s"),
+    );
+    t.add(
+        "read last 100 events, first after restart, ms",
+        get(ours, "tail/first"),
+        get(theirs, "tail/first"),
+        Better::Lower,
+    );
+    t.add(
+        format!("read last 100 events p50 ms ({READ_REPEATS} reads)"),
+        get(ours, "tail/p50"),
+        get(theirs, "tail/p50"),
+        Better::Lower,
+    );
+    t.add(
+        format!("read last 100 events p99 ms ({READ_REPEATS} reads)"),
+        get(ours, "tail/p99"),
+        get(theirs, "tail/p99"),
+        Better::Lower,
+    );
+    t.add(
+        format!("seek: read 1 event at a random LSN p50 ms ({READ_REPEATS} reads)"),
+        get(ours, "seek/p50"),
+        None,
+        Better::Lower,
+    );
+    t.add(
+        format!("seek: read 1 event at a random LSN p99 ms ({READ_REPEATS} reads)"),
+        get(ours, "seek/p99"),
+        None,
+        Better::Lower,
+    );
+    t.add(
+        format!("restart to ready on {} events, ms (median of {RECOVERY_RUNS}; dstream verify_on_start=true)", o.events),
+        get(ours, "rec/verify"),
+        get(theirs, "rec/verify"),
+        Better::Lower,
+    );
+    t.add(
+        format!("restart to ready on {} events, ms (median of {RECOVERY_RUNS}; dstream verify_on_start=false)", o.events),
+        get(ours, "rec/noverify"),
+        None,
+        Better::Lower,
+    );
+    t.add_incomparable(
+        format!(
+            "on-disk size of the {}-event session, MB (dstream: log + index; ref: stream files, its preallocated WAL excluded)",
+            o.events
+        ),
+        get(ours, "disk/mb"),
+        get(theirs, "disk/mb"),
+    );
+    t.add(
+        "dstream stored bytes per 256-B event (`stats` bytes_written / appends)",
+        get(ours, "bytes/event"),
+        None,
+        Better::Lower,
+    );
+    t.add(
+        "RSS idle MB (fresh, 1 s after ready)",
+        get(ours, "rss/idle"),
+        get(theirs, "rss/idle"),
+        Better::Lower,
+    );
+    t.add(
+        "RSS under load MB (max during C=16 own sessions)",
+        get(ours, "rss/load"),
+        get(theirs, "rss/load"),
+        Better::Lower,
+    );
+
+    let header = format!(
+        "## dstream vs durable-streams benchmark\n\n\
+         - Machine: nproc {nproc}, {cpu}, kernel {kernel}, {date}; temp dirs on {fs_type} ({fs_dev}); \
+         load average {load}.\n\
+         - Workload: {bytes} B JSON events (`{{\"type\":\"bench.event\",\"payload\":{{\"seq\":N,\"pad\":\"x…\"}}}}`), \
+         one event per request; each connection (one OS thread) waits for its reply before sending the next (no pipelining); \
+         {warm:.1} s warm-up + {measure:.1} s measured per scenario; a fresh server and data dir per scenario; \
+         the two servers never run at the same time.\n\
+         - dstream (release build of this workspace): JSON-RPC `append` over its Unix socket; `[store] fsync = \"always\"` \
+         (ack after fsync, group commit) or `\"interval\"` with `fsync_interval_ms = 20`; C connections each to its own session, \
+         or all to one shared session.\n\
+         - Reference: durable-streams-server {refv} (`cargo install durable-streams`), `--durability wal` (its only durable mode: \
+         its WAL is fdatasync'd before the 204), default shards/worker threads; loopback HTTP/1.1 keep-alive, \
+         `PUT /bench-<k>` once, then `POST /bench-<k>` per event; C connections each to its own stream, or one shared stream.\n\
+         - Subscriber latency: a `subscribe` connection on session `lat`, a C=1 appender stamping each event with its send time.\n\
+         - Big session: {events} events, loaded with fsync=never, {BULK_CONNS} connections x {BULK_WINDOW} pipelined appends \
+         (reference: {REF_BATCH}-event JSON-array POSTs); read/restart numbers with the page cache warm; \
+         read = `read` from LSN {tail_from} limit 100 (reference: `GET ?offset=` of the last 100 events), seek = `read` limit 1 \
+         at random LSNs; restart = spawn until the first answered `hello` (reference: `GET /health`).\n\
+         - Ratio = dstream / reference.\n",
+        nproc = nproc(),
+        cpu = cpu_model(),
+        kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .unwrap_or_default()
+            .trim(),
+        date = date(),
+        load = load,
+        bytes = load::EVENT_BYTES,
+        warm = o.warmup.as_secs_f64(),
+        measure = o.measure.as_secs_f64(),
+        refv = procs::REFERENCE_VERSION,
+        events = o.events,
+        tail_from = o.events.saturating_sub(99),
+    );
+    let mut out = t.render(&header);
+    if !notes.is_empty() {
+        out.push_str("\nNotes:\n");
+        for n in notes {
+            out.push_str(&format!("- {n}\n"));
+        }
+    }
+    out
+}
+
+fn ms(ns: &[u64]) -> Vec<f64> {
+    ns.iter()
+        .map(|&v| (v as f64 / 1e4).round() / 100.0)
+        .collect()
+}
+
+/// Sum of the lengths of the files under `dir` (apparent size).
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .fold(0, |sum, e| match e.metadata() {
+            Ok(md) if md.is_dir() => sum + dir_bytes(&e.path()),
+            Ok(md) => sum + md.len(),
+            Err(_) => sum,
+        })
+}
+
+/// (all jiffies, steal jiffies) from the `cpu` line of /proc/stat.
+fn cpu_times() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()?
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    Some((fields.iter().take(8).sum(), *fields.get(7)?))
+}
+
+/// The 1-minute load average: a busy machine (e.g. a build running) distorts the numbers.
+fn loadavg() -> String {
+    let l = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    l.split_whitespace().next().unwrap_or("?").to_string()
+}
+
+fn nproc() -> usize {
+    std::thread::available_parallelism().map_or(0, |n| n.get())
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
+fn date() -> String {
+    Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M:%S UTC"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Filesystem type and device of the mount holding `path` (longest matching mount point).
+fn filesystem_of(path: &Path) -> (String, String) {
+    let path = path.canonicalize().unwrap_or_else(|_| PathBuf::from(path));
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    let mut best = (0, "unknown".to_string(), "unknown".to_string());
+    for line in mounts.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() >= 3 && path.starts_with(f[1]) && f[1].len() >= best.0 {
+            best = (f[1].len(), f[2].to_string(), f[0].to_string());
+        }
+    }
+    (best.1, best.2)
+}
