@@ -185,7 +185,6 @@ pub enum RecoveryNote {
 
 struct Inner {
     sessions_dir: PathBuf,
-    quarantine_dir: PathBuf,
     settings: StoreSettings,
     sessions: RwLock<HashMap<String, Arc<Session>>>,
     stats: Arc<StoreStats>,
@@ -212,7 +211,6 @@ impl Store {
             .map_err(|e| StoreError::io("recovery", &io::Error::other(e.to_string())))??;
         let inner = Arc::new(Inner {
             sessions_dir: data_dir.join("sessions"),
-            quarantine_dir: data_dir.join("quarantine"),
             settings,
             sessions: RwLock::new(HashMap::new()),
             stats: Arc::new(StoreStats::default()),
@@ -250,10 +248,6 @@ impl Store {
             }
         }
         Ok((store, notes))
-    }
-
-    pub fn settings(&self) -> &StoreSettings {
-        &self.inner.settings
     }
 
     pub fn stats(&self) -> &StoreStats {
@@ -340,10 +334,6 @@ impl Store {
             .values()
             .filter(|s| s.quarantine_reason().is_some())
             .count() as u64
-    }
-
-    pub fn quarantine_dir(&self) -> &Path {
-        &self.inner.quarantine_dir
     }
 
     /// Reads committed events of `session` from `from_lsn`, at most `limit`.

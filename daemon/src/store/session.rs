@@ -30,11 +30,6 @@ impl EventJson {
         out.extend_from_slice(&self.body);
         out.push(b'}');
     }
-    pub fn to_vec(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(self.body.len() + 1);
-        self.write_to(&mut v);
-        v
-    }
 }
 
 #[derive(Debug, Clone, Default)]
