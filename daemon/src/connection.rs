@@ -1,7 +1,7 @@
 //! One client connection: frames in, dispatch, replies and notifications out.
 //!
 //! Two queues feed the socket: `out` (bounded) carries replies made here and subscription
-//! traffic; `replies` carries append acknowledgements, pushed straight from the session
+//! traffic; `acks` carries append acknowledgements, pushed straight from the session
 //! writers, which must never wait on a client. That queue is bounded instead by the appends a
 //! connection may have in flight (a permit each, given back once the reply is on the socket).
 //! A client that stops reading stalls only itself and its own subscriptions (which then lag

@@ -186,7 +186,7 @@ pub async fn dispatch(
             Ok(sub) => Reply::Subscribed(sub),
             Err(e) => now(Err(e)),
         },
-        "unsubscribe" => now(unsubscribe(ctx, conn, raw)),
+        "unsubscribe" => now(unsubscribe(conn, raw)),
         "sessions.list" => now(sessions_list(ctx)),
         "sessions.get" => now(sessions_get(ctx, raw)),
         "query" => now(query(ctx, raw).await),
@@ -346,7 +346,7 @@ struct UnsubscribeParams {
     subscription: String,
 }
 
-fn unsubscribe(_ctx: &Context, conn: &mut Connection, raw: Option<&RawValue>) -> RpcResult {
+fn unsubscribe(conn: &mut Connection, raw: Option<&RawValue>) -> RpcResult {
     let p: UnsubscribeParams = params(raw)?;
     match conn.subscriptions.remove(&p.subscription) {
         Some(task) => {
@@ -436,14 +436,15 @@ async fn query(ctx: &Context, raw: Option<&RawValue>) -> RpcResult {
 
 fn stats(ctx: &Context) -> RpcResult {
     let s = ctx.store.stats();
+    let (sessions, quarantined_sessions) = ctx.store.counts();
     let relaxed = Ordering::Relaxed;
     to_json(&StatsResult {
         version: env!("CARGO_PKG_VERSION").into(),
         uptime_ms: ctx.started.elapsed().as_millis() as u64,
         pid: std::process::id(),
         fsync: ctx.config.store.fsync.as_str().into(),
-        sessions: ctx.store.sessions().len() as u64,
-        quarantined_sessions: ctx.store.quarantined_count(),
+        sessions,
+        quarantined_sessions,
         connections: ctx.stats.connections.load(relaxed),
         subscriptions: ctx.stats.subscriptions.load(relaxed),
         appends: s.appends.load(relaxed),

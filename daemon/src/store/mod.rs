@@ -326,14 +326,15 @@ impl Store {
         list
     }
 
-    pub fn quarantined_count(&self) -> u64 {
-        self.inner
-            .sessions
-            .read()
-            .unwrap()
-            .values()
-            .filter(|s| s.quarantine_reason().is_some())
-            .count() as u64
+    /// How many sessions have events, and how many are quarantined, in one pass.
+    pub fn counts(&self) -> (u64, u64) {
+        let sessions = self.inner.sessions.read().unwrap();
+        sessions.values().fold((0, 0), |(active, quarantined), s| {
+            (
+                active + (s.committed_lsn() > 0) as u64,
+                quarantined + s.quarantine_reason().is_some() as u64,
+            )
+        })
     }
 
     /// Reads committed events of `session` from `from_lsn`, at most `limit`.
