@@ -6,9 +6,19 @@ use serde_json::Value;
 /// Longest accepted session or stream id, in bytes.
 pub const MAX_SESSION_ID_LEN: usize = 128;
 
+/// Deepest nesting of arrays and objects allowed in an event's `payload`, `metadata` and
+/// `raw` (a scalar is depth 0, `{}` is 1). The daemon refuses deeper events at append, so every
+/// reader (whose frames wrap the event in a few more levels) can parse whatever was accepted
+/// within serde_json's default recursion limit of 128.
+pub const MAX_NESTING_DEPTH: usize = 96;
+
 /// One stored event, as the daemon returns it (`read`, `subscribe`, `query`).
+///
+/// `J` is how the JSON fields (`payload`, `metadata`, `raw`) are held: a parsed
+/// [`serde_json::Value`] for clients, raw JSON text inside the daemon. The field order is the
+/// on-disk order (`lsn` first).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Event {
+pub struct Event<J = Value> {
     /// Dense per-session sequence number, from 1.
     pub lsn: u64,
     /// ULID, globally unique; the dedupe key.
@@ -29,24 +39,26 @@ pub struct Event {
     /// Milliseconds since the Unix epoch, stamped by the daemon.
     pub timestamp: u64,
     #[serde(default)]
-    pub payload: Value,
+    pub payload: J,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<Value>,
+    pub metadata: Option<J>,
     /// The untouched source event, when one was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub raw: Option<Value>,
+    pub raw: Option<J>,
 }
 
 /// An event as a client hands it to `append`; the daemon fills `lsn`, `id`, `timestamp` and
-/// `session_id`, and `stream_id` when it is absent.
+/// `session_id`, and `stream_id` when it is absent. Unknown fields are refused (by the daemon
+/// and by this type alike), so a misspelt field is an error, not silently dropped.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-pub struct NewEvent {
+#[serde(deny_unknown_fields)]
+pub struct NewEvent<J = Value> {
     #[serde(rename = "type")]
     pub event_type: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub payload: Option<Value>,
+    pub payload: Option<J>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -54,9 +66,23 @@ pub struct NewEvent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub correlation_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<Value>,
+    pub metadata: Option<J>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub raw: Option<Value>,
+    pub raw: Option<J>,
+    /// The fields the daemon fills in (`lsn`, `id`, `timestamp`, `session_id`) are accepted
+    /// and ignored, so that a stored event (`dstream tail --json`) can be appended again.
+    #[doc(hidden)]
+    #[serde(default, rename = "lsn", skip_serializing)]
+    pub ignored_lsn: Option<serde::de::IgnoredAny>,
+    #[doc(hidden)]
+    #[serde(default, rename = "id", skip_serializing)]
+    pub ignored_id: Option<serde::de::IgnoredAny>,
+    #[doc(hidden)]
+    #[serde(default, rename = "timestamp", skip_serializing)]
+    pub ignored_timestamp: Option<serde::de::IgnoredAny>,
+    #[doc(hidden)]
+    #[serde(default, rename = "session_id", skip_serializing)]
+    pub ignored_session_id: Option<serde::de::IgnoredAny>,
 }
 
 impl NewEvent {
