@@ -50,6 +50,8 @@ pub struct StoreConfig {
     pub fsync_interval_ms: u64,
     pub index_interval_bytes: u64,
     pub verify_on_start: bool,
+    pub max_open_files: usize,
+    pub wal_bytes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -141,6 +143,9 @@ impl Config {
         }
         if self.store.index_interval_bytes == 0 {
             return bad("store.index_interval_bytes", "must be at least 1");
+        }
+        if self.store.max_open_files == 0 {
+            return bad("store.max_open_files", "must be at least 1");
         }
         if self.read.default_limit == 0 || self.read.default_limit > self.read.max_limit {
             return bad("read.default_limit", "must be between 1 and read.max_limit");

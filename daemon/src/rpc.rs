@@ -226,9 +226,7 @@ async fn append(
     if let Some(s) = &p.event.stream_id {
         check_session_id(s, "event.stream_id")?;
     }
-    p.event
-        .validate()
-        .map_err(|m| RpcError::new(codes::INVALID_PARAMS, m))?;
+    crate::store::validate_event(&p.event).map_err(|m| RpcError::new(codes::INVALID_PARAMS, m))?;
     // Waits only when this connection already has its fill of appends in flight.
     let permit = conn
         .in_flight
@@ -248,7 +246,9 @@ async fn append(
             _in_flight: permit,
         });
     });
-    ctx.store.session(&p.session_id).submit(p.event, ack);
+    // Checkpoint events must be on disk before anyone acts on them, whatever the policy.
+    let must_sync = p.event.event_type.starts_with("checkpoint.");
+    ctx.store.append(&p.session_id, p.event, must_sync, ack);
     Ok(Reply::Submitted)
 }
 

@@ -54,6 +54,12 @@ pub async fn run(config: Config) -> Result<(), StartError> {
         index_interval_bytes: config.store.index_interval_bytes,
         verify_on_start: config.store.verify_on_start,
         live_buffer: config.subscriptions.live_buffer,
+        max_open_files: config.store.max_open_files,
+        // Room for at least two of the largest events, so one batch always fits.
+        wal_bytes: config
+            .store
+            .wal_bytes
+            .max(2 * config.daemon.max_frame_bytes as u64 + (1 << 20)),
     };
     // The data-dir lock comes first: holding it proves no other daemon owns this data.
     let (store, notes) = Store::open(&data_dir, settings).await?;

@@ -9,31 +9,36 @@
 //! <data_dir>/quarantine/              damaged logs and cut-off tails, never deleted by dstream
 //! ```
 
+mod commit;
+mod files;
+mod fsutil;
 pub mod index;
 mod reader;
 pub mod record;
 mod recovery;
 mod session;
-mod writer;
+mod wal;
 
 use std::collections::HashMap;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::fs::{self, File};
+use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, RwLock, mpsc};
 
-use serde::Deserialize;
 use serde_json::value::RawValue;
 
+pub use commit::Ack;
 pub use reader::{QueryFilter, ReadPage, read_range};
 pub use session::{EventJson, Session, SessionMeta, SessionState};
-pub use writer::Ack;
 
 use crate::config::FsyncPolicy;
+use commit::{Append, CommitMsg, Committer};
+use files::FileCache;
+use fsutil::{create_private_dir, save_range, sync_dir};
 use index::SparseIndex;
 use recovery::Damage;
-use writer::WriterEnv;
+use wal::Wal;
 
 /// The store's share of the configuration.
 #[derive(Debug, Clone)]
@@ -43,6 +48,10 @@ pub struct StoreSettings {
     pub index_interval_bytes: u64,
     pub verify_on_start: bool,
     pub live_buffer: usize,
+    /// Most session logs held open at once.
+    pub max_open_files: usize,
+    /// Size of the shared write-ahead log; a checkpoint runs each time it fills.
+    pub wal_bytes: u64,
 }
 
 #[derive(Debug, Default)]
@@ -62,8 +71,8 @@ pub enum StoreError {
     },
     #[error("session {session} is quarantined: {reason}")]
     Quarantined { session: String, reason: String },
-    #[error("session {session} takes no more appends until the daemon restarts: {reason}")]
-    Failed { session: String, reason: String },
+    #[error("the store takes no more appends until the daemon restarts: {reason}")]
+    Failed { reason: String },
     #[error("session {0} not found")]
     NotFound(String),
     #[error("corrupt record in session {session} near lsn {lsn}: {reason}")]
@@ -88,76 +97,42 @@ impl StoreError {
     }
 }
 
-/// An event as `append` receives it. Big fields stay raw JSON: they are stored as sent.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct NewEventRaw {
-    #[serde(rename = "type")]
-    pub event_type: String,
-    #[serde(default)]
-    pub actor: Option<String>,
-    #[serde(default)]
-    pub payload: Option<Box<RawValue>>,
-    #[serde(default)]
-    pub stream_id: Option<String>,
-    #[serde(default)]
-    pub causation_id: Option<String>,
-    #[serde(default)]
-    pub correlation_id: Option<String>,
-    #[serde(default)]
-    pub metadata: Option<Box<RawValue>>,
-    #[serde(default)]
-    pub raw: Option<Box<RawValue>>,
-    /// Fields the daemon fills in itself; a client's values are ignored, not refused.
-    #[serde(default, rename = "lsn")]
-    _lsn: Option<serde::de::IgnoredAny>,
-    #[serde(default, rename = "id")]
-    _id: Option<serde::de::IgnoredAny>,
-    #[serde(default, rename = "timestamp")]
-    _timestamp: Option<serde::de::IgnoredAny>,
-    #[serde(default, rename = "session_id")]
-    _session_id: Option<serde::de::IgnoredAny>,
-}
+/// An event as `append` receives it: the SDK's envelope with its JSON fields kept raw, so they
+/// are stored exactly as sent.
+pub type NewEventRaw = dstream_sdk::NewEvent<Box<RawValue>>;
 
 /// Longest `type`, `actor`, `causation_id` or `correlation_id`, in bytes.
 pub const MAX_LABEL_LEN: usize = 256;
 
-impl NewEventRaw {
-    pub(crate) fn approx_len(&self) -> usize {
-        let raw = |v: &Option<Box<RawValue>>| v.as_ref().map_or(0, |v| v.get().len());
-        self.event_type.len() + raw(&self.payload) + raw(&self.metadata) + raw(&self.raw) + 64
+/// Checks what serde cannot: sizes, the type's form, that labels are clean, metadata an object.
+pub fn validate_event(event: &NewEventRaw) -> Result<(), String> {
+    if event.event_type.is_empty() {
+        return Err("event.type is empty".into());
     }
-
-    /// Checks what serde cannot: sizes, the type's form, that ids are safe, metadata an object.
-    pub fn validate(&self) -> Result<(), String> {
-        if self.event_type.is_empty() {
-            return Err("event.type is empty".into());
-        }
-        for (name, value) in [
-            ("event.type", Some(&self.event_type)),
-            ("event.actor", self.actor.as_ref()),
-            ("event.causation_id", self.causation_id.as_ref()),
-            ("event.correlation_id", self.correlation_id.as_ref()),
-        ] {
-            if let Some(v) = value {
-                if v.len() > MAX_LABEL_LEN {
-                    return Err(format!(
-                        "{name} is {} bytes; the limit is {MAX_LABEL_LEN}",
-                        v.len()
-                    ));
-                }
-                if v.chars().any(char::is_control) {
-                    return Err(format!("{name} contains a control character"));
-                }
+    for (name, value) in [
+        ("event.type", Some(&event.event_type)),
+        ("event.actor", event.actor.as_ref()),
+        ("event.causation_id", event.causation_id.as_ref()),
+        ("event.correlation_id", event.correlation_id.as_ref()),
+    ] {
+        if let Some(v) = value {
+            if v.len() > MAX_LABEL_LEN {
+                return Err(format!(
+                    "{name} is {} bytes; the limit is {MAX_LABEL_LEN}",
+                    v.len()
+                ));
+            }
+            if v.chars().any(char::is_control) {
+                return Err(format!("{name} contains a control character"));
             }
         }
-        if let Some(m) = &self.metadata
-            && !m.get().starts_with('{')
-        {
-            return Err("event.metadata must be an object".into());
-        }
-        Ok(())
     }
+    if let Some(m) = &event.metadata
+        && !m.get().starts_with('{')
+    {
+        return Err("event.metadata must be an object".into());
+    }
+    Ok(())
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -188,6 +163,9 @@ struct Inner {
     settings: StoreSettings,
     sessions: RwLock<HashMap<String, Arc<Session>>>,
     stats: Arc<StoreStats>,
+    files: Arc<FileCache>,
+    /// The commit thread's queue; `None` once the store is shutting down.
+    commit: RwLock<Option<mpsc::Sender<CommitMsg>>>,
     _lock: File,
 }
 
@@ -198,31 +176,45 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens (creating if needed) the data directory, takes its lock, recovers every log and
-    /// starts one writer per session. Damage found is repaired or quarantined and reported.
+    /// Opens (creating if needed) the data directory, takes its lock, recovers every log,
+    /// replays the write-ahead log and starts the commit thread. Damage found is repaired or
+    /// quarantined and reported.
     pub async fn open(
         data_dir: &Path,
         settings: StoreSettings,
     ) -> Result<(Store, Vec<RecoveryNote>), StoreError> {
         let dir = data_dir.to_path_buf();
         let s = settings.clone();
-        let (lock, recovered) = tokio::task::spawn_blocking(move || open_blocking(&dir, &s))
+        let (lock, wal, recovered) = tokio::task::spawn_blocking(move || open_blocking(&dir, &s))
             .await
             .map_err(|e| StoreError::io("recovery", &io::Error::other(e.to_string())))??;
+        let stats = Arc::new(StoreStats::default());
+        let sessions_dir = data_dir.join("sessions");
+        let (tx, rx) = mpsc::channel();
+        let committer = Committer::new(wal, settings.clone(), stats.clone(), sessions_dir.clone());
+        std::thread::Builder::new()
+            .name("dstream-commit".into())
+            .spawn(move || committer.run(rx))
+            .map_err(|e| StoreError::io("starting the commit thread", &e))?;
         let inner = Arc::new(Inner {
-            sessions_dir: data_dir.join("sessions"),
+            sessions_dir,
+            files: Arc::new(FileCache::new(settings.max_open_files)),
             settings,
             sessions: RwLock::new(HashMap::new()),
-            stats: Arc::new(StoreStats::default()),
+            stats,
+            commit: RwLock::new(Some(tx)),
             _lock: lock,
         });
         let store = Store { inner };
         let mut notes = Vec::new();
-        for r in recovered {
-            let note = r.note.clone();
-            store.install(r);
-            if let Some(note) = note {
-                notes.push(note);
+        {
+            let mut sessions = store.inner.sessions.write().unwrap();
+            for r in recovered {
+                if let Some(note) = r.note {
+                    notes.push(note);
+                }
+                let session = store.new_session(r.id.clone(), r.path, r.state, r.quarantine);
+                sessions.insert(r.id, session);
             }
         }
         for note in &notes {
@@ -242,9 +234,17 @@ impl Store {
                     event_type: "log.recovered".into(),
                     actor: Some("dstream".into()),
                     payload: Some(RawValue::from_string(payload.to_string()).expect("valid json")),
-                    ..Default::default()
+                    stream_id: None,
+                    causation_id: None,
+                    correlation_id: None,
+                    metadata: None,
+                    raw: None,
+                    ignored_lsn: None,
+                    ignored_id: None,
+                    ignored_timestamp: None,
+                    ignored_session_id: None,
                 };
-                store.session(session).append(event).await?;
+                store.append_wait(session, event, true).await?;
             }
         }
         Ok((store, notes))
@@ -252,6 +252,12 @@ impl Store {
 
     pub fn stats(&self) -> &StoreStats {
         &self.inner.stats
+    }
+
+    /// How many session logs are open now (at most `max_open_files`, plus any a reader is
+    /// still using after eviction).
+    pub fn open_files(&self) -> usize {
+        self.inner.files.open_count()
     }
 
     /// The session, created (without a file) if it does not exist yet.
@@ -264,9 +270,44 @@ impl Store {
             return s.clone();
         }
         let path = self.inner.sessions_dir.join(format!("{id}.jsonl"));
-        let session = self.start_session(id.to_string(), path, 0, SessionState::default(), None);
+        let session = self.new_session(id.to_string(), path, SessionState::default(), None);
         sessions.insert(id.to_string(), session.clone());
         session
+    }
+
+    /// Queues an event for `session` behind every one queued before it. `ack` answers exactly
+    /// once: when the event is durable (per the fsync policy, or synced when `must_sync`), or
+    /// with the reason it was not stored.
+    pub fn append(&self, session: &str, event: NewEventRaw, must_sync: bool, ack: Ack) {
+        let session = self.session(session);
+        let commit = self.inner.commit.read().unwrap();
+        let Some(tx) = commit.as_ref() else {
+            return ack.send(Err(StoreError::ShuttingDown));
+        };
+        // If the commit thread is gone the message (and its Ack) is dropped: "shutting down".
+        let _ = tx.send(CommitMsg::Append(Append {
+            session,
+            event,
+            must_sync,
+            ack,
+        }));
+    }
+
+    /// Appends one event and waits until it is durable.
+    pub async fn append_wait(
+        &self,
+        session: &str,
+        event: NewEventRaw,
+        must_sync: bool,
+    ) -> Result<AppendAck, StoreError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.append(
+            session,
+            event,
+            must_sync,
+            Ack::new(move |r| drop(tx.send(r))),
+        );
+        rx.await.unwrap_or(Err(StoreError::ShuttingDown))
     }
 
     /// Why `id` has no events to read: quarantined, or simply unknown.
@@ -284,31 +325,21 @@ impl Store {
         self.inner.sessions.read().unwrap().get(id).cloned()
     }
 
-    fn install(&self, r: Recovered) {
-        let session = self.start_session(r.id.clone(), r.path, r.len, r.state, r.quarantine);
-        self.inner.sessions.write().unwrap().insert(r.id, session);
-    }
-
-    fn start_session(
+    fn new_session(
         &self,
         id: String,
         path: PathBuf,
-        len: u64,
         state: SessionState,
         quarantine: Option<String>,
     ) -> Arc<Session> {
-        Arc::new(match quarantine {
-            Some(reason) => {
-                Session::quarantined(id, path, reason, state, self.inner.settings.live_buffer)
-            }
-            None => {
-                let env = WriterEnv {
-                    settings: self.inner.settings.clone(),
-                    stats: self.inner.stats.clone(),
-                };
-                Session::open(id, path, len, state, env)
-            }
-        })
+        Arc::new(Session::new(
+            id,
+            path,
+            state,
+            quarantine,
+            self.inner.settings.live_buffer,
+            self.inner.files.clone(),
+        ))
     }
 
     /// Every session with at least one event, most recently active first.
@@ -369,20 +400,14 @@ impl Store {
             .map_err(|e| StoreError::io("query task", &io::Error::other(e.to_string())))?
     }
 
-    /// Syncs and closes every log; appends queued before this call are written first, and
-    /// later ones are refused.
+    /// Writes and syncs every append queued before this call; later ones are refused.
     pub async fn shutdown(&self) {
-        let sessions: Vec<_> = self
-            .inner
-            .sessions
-            .read()
-            .unwrap()
-            .values()
-            .cloned()
-            .collect();
-        let running: Vec<_> = sessions.iter().filter_map(|s| s.close_writer()).collect();
-        for done in running {
-            let _ = done.await;
+        let Some(tx) = self.inner.commit.write().unwrap().take() else {
+            return;
+        };
+        let (done, rx) = tokio::sync::oneshot::channel();
+        if tx.send(CommitMsg::Shutdown { done }).is_ok() {
+            let _ = rx.await;
         }
     }
 }
@@ -391,43 +416,18 @@ impl Store {
 struct Recovered {
     id: String,
     path: PathBuf,
-    len: u64,
     state: SessionState,
     quarantine: Option<String>,
     note: Option<RecoveryNote>,
 }
 
-/// A positional read that leaves the file's cursor alone, so one handle serves every reader.
-pub(crate) fn read_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-    #[cfg(unix)]
-    return std::os::unix::fs::FileExt::read_at(file, buf, offset);
-    #[cfg(windows)]
-    return std::os::windows::fs::FileExt::seek_read(file, buf, offset);
-}
-
-/// Options for a file only its owner may read: session data is the user's own business.
-pub(crate) fn private_file() -> OpenOptions {
-    let mut o = OpenOptions::new();
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
-    o
-}
-
-fn create_private_dir(path: &Path) -> io::Result<()> {
-    let mut builder = fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder.create(path)
-}
-
 fn open_blocking(
     data_dir: &Path,
     settings: &StoreSettings,
-) -> Result<(File, Vec<Recovered>), StoreError> {
+) -> Result<(File, Wal, Vec<Recovered>), StoreError> {
     let ctx = |context: &'static str| move |e: io::Error| StoreError::io(context, &e);
     create_private_dir(data_dir).map_err(ctx("creating the data directory"))?;
-    let lock = take_lock(data_dir)?;
+    let lock = fsutil::take_lock(data_dir)?;
     let sessions_dir = data_dir.join("sessions");
     let quarantine_dir = data_dir.join("quarantine");
     create_private_dir(&sessions_dir).map_err(ctx("creating the sessions directory"))?;
@@ -496,49 +496,92 @@ fn open_blocking(
             recovered.push(Recovered {
                 id,
                 path,
-                len: 0,
                 state: SessionState::default(),
                 quarantine: Some(reason),
                 note: None,
             });
         }
     }
-    Ok((lock, recovered))
+    let (wal, recovered) = replay_wal(data_dir, settings, recovered)?;
+    Ok((lock, wal, recovered))
 }
 
-fn take_lock(data_dir: &Path) -> Result<File, StoreError> {
-    let path = data_dir.join("LOCK");
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|e| StoreError::io("opening the data directory lock", &e))?;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(fs::TryLockError::WouldBlock) => {
-            let holder = fs::read_to_string(&path)
-                .ok()
-                .map(|p| p.trim().to_string())
-                .filter(|p| !p.is_empty());
-            return Err(StoreError::Locked {
-                path: data_dir.into(),
-                holder: holder.map(|p| format!(" (pid {p})")).unwrap_or_default(),
-            });
+/// Puts back into the session logs whatever the write-ahead log holds beyond their ends (the
+/// logs are synced only at checkpoints, so after a power loss the WAL may be ahead), then
+/// starts the WAL over.
+fn replay_wal(
+    data_dir: &Path,
+    settings: &StoreSettings,
+    mut recovered: Vec<Recovered>,
+) -> Result<(Wal, Vec<Recovered>), StoreError> {
+    let ctx = |context: &'static str| move |e: io::Error| StoreError::io(context, &e);
+    let sessions_dir = data_dir.join("sessions");
+    let quarantine_dir = data_dir.join("quarantine");
+    let (mut wal, records) = Wal::open(&data_dir.join("wal"), settings.wal_bytes)
+        .map_err(ctx("opening the write-ahead log"))?;
+    let mut by_session: HashMap<String, Vec<Vec<u8>>> = HashMap::new();
+    for r in records {
+        by_session.entry(r.session).or_default().push(r.line);
+    }
+    for (id, lines) in by_session {
+        if dstream_sdk::validate_session_id(&id).is_err() {
+            tracing::warn!(session = %id, "write-ahead log names an invalid session; skipped");
+            continue;
         }
-        Err(fs::TryLockError::Error(e)) => {
-            return Err(StoreError::io("locking the data directory", &e));
+        let at = recovered.iter().position(|r| r.id == id);
+        let (mut next, quarantined) = match at.map(|i| &recovered[i]) {
+            Some(r) => (r.state.last_lsn + 1, r.quarantine.is_some()),
+            None => (1, false),
+        };
+        let mut missing = Vec::new();
+        let mut stray = Vec::new();
+        for line in lines {
+            match record::lsn_of(&line) {
+                Some(lsn) if lsn < next => {}
+                Some(lsn) if lsn == next && !quarantined => {
+                    missing.extend_from_slice(&line);
+                    next += 1;
+                }
+                _ => stray.extend_from_slice(&line),
+            }
+        }
+        if !stray.is_empty() {
+            // Nothing the WAL held is dropped: what cannot go back in order is kept aside.
+            let to = quarantine_dir.join(format!("{id}.{}.wal", stamp()));
+            fsutil::private_file()
+                .write(true)
+                .create_new(true)
+                .open(&to)
+                .and_then(|mut f| io::Write::write_all(&mut f, &stray).and_then(|()| f.sync_all()))
+                .map_err(ctx("saving write-ahead records"))?;
+            tracing::error!(session = %id, saved_to = %to.display(), "write-ahead records that do not continue the log were kept aside");
+        }
+        if missing.is_empty() {
+            continue;
+        }
+        let path = sessions_dir.join(format!("{id}.jsonl"));
+        let mut file = fsutil::private_file()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(ctx("replaying the write-ahead log"))?;
+        io::Write::write_all(&mut file, &missing)
+            .and_then(|()| file.sync_all())
+            .map_err(ctx("replaying the write-ahead log"))?;
+        tracing::info!(session = %id, bytes = missing.len(), "restored records from the write-ahead log");
+        let again = recover_session(&sessions_dir, &quarantine_dir, id.clone(), settings)?;
+        match at {
+            Some(i) => recovered[i] = again,
+            None => recovered.push(again),
         }
     }
-    file.set_len(0)
-        .and_then(|()| file.write_all(std::process::id().to_string().as_bytes()))
-        .map_err(|e| StoreError::io("writing the data directory lock", &e))?;
-    Ok(file)
+    sync_dir(&sessions_dir).map_err(ctx("syncing the sessions directory"))?;
+    wal.reset().map_err(ctx("restarting the write-ahead log"))?;
+    Ok((wal, recovered))
 }
 
 fn stamp() -> u64 {
-    writer::now_ms()
+    commit::now_ms()
 }
 
 fn recover_session(
@@ -550,7 +593,7 @@ fn recover_session(
     let ctx = |context: &'static str| move |e: io::Error| StoreError::io(context, &e);
     let path = sessions_dir.join(format!("{id}.jsonl"));
     let idx_path = path.with_extension("idx");
-    let file = OpenOptions::new()
+    let file = fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(&path)
@@ -590,7 +633,6 @@ fn recover_session(
             return Ok(Recovered {
                 id: id.clone(),
                 path,
-                len: 0,
                 state: SessionState::default(),
                 quarantine: Some(reason.clone()),
                 note: Some(RecoveryNote::Quarantined {
@@ -624,45 +666,26 @@ fn recover_session(
     }
     let state = SessionState {
         last_lsn: scan.last_lsn,
+        len: scan.good_len,
         index: scan.index,
         meta,
     };
     Ok(Recovered {
         id,
         path,
-        len: scan.good_len,
         state,
         quarantine: None,
         note,
     })
 }
 
-fn save_range(file: &File, offset: u64, len: u64, to: &Path) -> io::Result<()> {
-    let mut bytes = vec![0u8; len as usize];
-    let mut done = 0;
-    while done < bytes.len() {
-        match read_at(file, &mut bytes[done..], offset + done as u64)? {
-            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
-            n => done += n,
-        }
-    }
-    let mut out = private_file().write(true).create_new(true).open(to)?;
-    out.write_all(&bytes)?;
-    out.sync_all()?;
-    sync_dir(to.parent().unwrap_or(Path::new(".")))
-}
-
 fn write_index(path: &Path, index: &SparseIndex) -> io::Result<()> {
     let tmp = path.with_extension("idx.tmp");
-    private_file()
+    fsutil::private_file()
         .write(true)
         .create(true)
         .truncate(true)
         .open(&tmp)?
         .write_all(&index.to_bytes())?;
     fs::rename(&tmp, path)
-}
-
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
 }

@@ -69,7 +69,7 @@ pub fn read_line_at(file: &File, offset: u64) -> io::Result<Option<Vec<u8>>> {
     let mut chunk = vec![0u8; 8192];
     let mut at = offset;
     loop {
-        let n = super::read_at(file, &mut chunk, at)?;
+        let n = super::fsutil::read_at(file, &mut chunk, at)?;
         if n == 0 {
             return Ok(None);
         }

@@ -1,20 +1,21 @@
-//! The shared state of one session: what its writer has committed, its index, its live feed.
+//! The shared state of one session: what is committed, its index, its metadata, and its live
+//! feed while someone listens. It holds no thread and no open file: those belong to the commit
+//! thread and the [`FileCache`], so an idle session costs a few hundred bytes.
 
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
-use tokio::sync::{broadcast, oneshot};
+use tokio::sync::broadcast;
 
+use super::commit::WriterState;
+use super::files::FileCache;
 use super::index::SparseIndex;
-use super::writer::{self, Ack, WriterEnv, WriterMsg, WriterState};
-use super::{AppendAck, NewEventRaw, StoreError};
 
 /// One committed event as subscribers receive it: the stored JSON without its crc field and
-/// without the closing `}` (see [`EventJson::write_to`]), sliced from the written batch.
+/// without the closing `}` (see [`EventJson::write_to`]).
 #[derive(Debug, Clone)]
 pub struct EventJson {
     pub lsn: u64,
@@ -30,6 +31,13 @@ impl EventJson {
         out.extend_from_slice(&self.body);
         out.push(b'}');
     }
+    /// Size of the event's JSON in bytes.
+    pub fn len(&self) -> usize {
+        self.body.len() + 1
+    }
+    pub fn is_empty(&self) -> bool {
+        false
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -40,95 +48,56 @@ pub struct SessionMeta {
     pub bytes: u64,
 }
 
-/// Where a session stands when its writer starts: after recovery, or empty for a new one.
+/// Where a session stands after recovery, or empty for a new one.
 #[derive(Debug, Default)]
 pub struct SessionState {
     pub last_lsn: u64,
+    pub len: u64,
     pub index: SparseIndex,
     pub meta: SessionMeta,
-}
-
-/// The channel to the session's writer thread, when one runs.
-enum WriterSlot {
-    Idle,
-    Running(Sender<WriterMsg>),
-    /// The daemon is stopping: no new writer starts.
-    Closed,
-}
-
-/// Appending to a session: its writer thread (started on demand) and the state it resumes.
-struct WriterHandle {
-    slot: Mutex<WriterSlot>,
-    state: Mutex<WriterState>,
-    env: WriterEnv,
 }
 
 pub struct Session {
     pub id: String,
     pub(crate) path: PathBuf,
-    writer: Option<WriterHandle>,
     quarantine: Option<String>,
     committed: AtomicU64,
-    pub(crate) live: broadcast::Sender<EventJson>,
+    /// The live feed, present only while it has listeners.
+    live: Mutex<Option<broadcast::Sender<EventJson>>>,
+    live_buffer: usize,
     pub(crate) index: RwLock<SparseIndex>,
     pub(crate) meta: Mutex<SessionMeta>,
-    read_handle: Mutex<Option<Arc<File>>>,
+    /// Locked by the commit thread only.
+    pub(crate) writer: Mutex<WriterState>,
+    files: Arc<FileCache>,
 }
 
 impl Session {
-    /// A session that takes appends, resuming after `len` bytes of log.
-    pub(crate) fn open(
+    pub(crate) fn new(
         id: String,
         path: PathBuf,
-        len: u64,
         state: SessionState,
-        env: WriterEnv,
+        quarantine: Option<String>,
+        live_buffer: usize,
+        files: Arc<FileCache>,
     ) -> Session {
-        let last_index = state.index.last().map(|e| e.offset);
-        let writer_state = WriterState::new(
-            len,
+        let writer = WriterState::new(
+            state.len,
             state.last_lsn + 1,
-            last_index,
+            state.index.last().map(|e| e.offset),
             state.meta.stream_id.clone(),
         );
-        let live = env.settings.live_buffer;
-        let handle = WriterHandle {
-            slot: Mutex::new(WriterSlot::Idle),
-            state: Mutex::new(writer_state),
-            env,
-        };
-        Session::build(id, path, Some(handle), None, state, live)
-    }
-
-    /// A session whose log is quarantined: readable state only, no appends.
-    pub(crate) fn quarantined(
-        id: String,
-        path: PathBuf,
-        reason: String,
-        state: SessionState,
-        live: usize,
-    ) -> Session {
-        Session::build(id, path, None, Some(reason), state, live)
-    }
-
-    fn build(
-        id: String,
-        path: PathBuf,
-        writer: Option<WriterHandle>,
-        quarantine: Option<String>,
-        state: SessionState,
-        live_buffer: usize,
-    ) -> Session {
         Session {
             id,
             path,
-            writer,
             quarantine,
             committed: AtomicU64::new(state.last_lsn),
-            live: broadcast::channel(live_buffer).0,
+            live: Mutex::new(None),
+            live_buffer,
             index: RwLock::new(state.index),
             meta: Mutex::new(state.meta),
-            read_handle: Mutex::new(None),
+            writer: Mutex::new(writer),
+            files,
         }
     }
 
@@ -147,124 +116,34 @@ impl Session {
 
     /// Registers a live listener. Register before reading history so nothing falls between.
     pub fn listen(&self) -> broadcast::Receiver<EventJson> {
-        self.live.subscribe()
+        let mut live = self.live.lock().unwrap();
+        live.get_or_insert_with(|| broadcast::channel(self.live_buffer).0)
+            .subscribe()
+    }
+
+    /// Hands committed events to the live listeners, if any; drops the feed when none is left.
+    pub(crate) fn publish(&self, events: impl Iterator<Item = EventJson>) {
+        let mut live = self.live.lock().unwrap();
+        let Some(tx) = live.as_ref() else { return };
+        if tx.receiver_count() == 0 {
+            *live = None;
+            return;
+        }
+        for event in events {
+            let _ = tx.send(event);
+        }
     }
 
     pub fn meta(&self) -> SessionMeta {
         self.meta.lock().unwrap().clone()
     }
 
-    /// Queues an event behind every one queued before it, starting the writer if it is idle.
-    /// `ack` answers exactly once: from the writer once the event is durable or has failed, or
-    /// at once if the session cannot take it.
-    pub fn submit(self: &Arc<Self>, event: NewEventRaw, ack: Ack) {
-        if let Err((err, ack)) = self.enqueue(event, ack) {
-            ack.send(Err(err));
-        }
-    }
-
-    fn enqueue(self: &Arc<Self>, event: NewEventRaw, ack: Ack) -> Result<(), (StoreError, Ack)> {
-        let Some(handle) = &self.writer else {
-            let reason = self.quarantine.clone().unwrap_or_default();
-            return Err((
-                StoreError::Quarantined {
-                    session: self.id.clone(),
-                    reason,
-                },
-                ack,
-            ));
-        };
-        // Sending under the slot lock is what lets an idle writer retire without losing a
-        // message: see `retire_writer`.
-        let mut slot = handle.slot.lock().unwrap();
-        if matches!(*slot, WriterSlot::Idle) {
-            let (tx, rx) = mpsc::channel();
-            let (session, env) = (self.clone(), handle.env.clone());
-            let name = format!("dstream-w-{}", self.id.chars().take(5).collect::<String>());
-            let spawned = std::thread::Builder::new()
-                .name(name)
-                .spawn(move || writer::run(session, rx, env));
-            if let Err(e) = spawned {
-                return Err((StoreError::io("starting a writer thread", &e), ack));
-            }
-            *slot = WriterSlot::Running(tx);
-        }
-        match &*slot {
-            // The receiver lives until the slot stops being Running, which needs this lock.
-            WriterSlot::Running(tx) => match tx.send(WriterMsg::Append { event, ack }) {
-                Err(mpsc::SendError(WriterMsg::Append { ack, .. })) => {
-                    Err((StoreError::ShuttingDown, ack))
-                }
-                Ok(()) | Err(_) => Ok(()),
-            },
-            WriterSlot::Idle | WriterSlot::Closed => Err((StoreError::ShuttingDown, ack)),
-        }
-    }
-
-    /// Appends one event and waits for it to be durable.
-    pub async fn append(self: &Arc<Self>, event: NewEventRaw) -> Result<AppendAck, StoreError> {
-        let (tx, rx) = oneshot::channel();
-        self.submit(event, Ack::new(move |r| drop(tx.send(r))));
-        rx.await.unwrap_or(Err(StoreError::ShuttingDown))
-    }
-
-    /// For the writer thread: the state to resume from (waits for a retiring writer to finish).
-    pub(crate) fn writer_state(&self) -> MutexGuard<'_, WriterState> {
-        self.writer
-            .as_ref()
-            .expect("only sessions with a writer start one")
-            .state
-            .lock()
-            .unwrap()
-    }
-
-    /// For an idle writer thread: retire unless a message slipped in; returns that message.
-    pub(crate) fn retire_writer(&self, rx: &Receiver<WriterMsg>) -> Option<WriterMsg> {
-        let handle = self.writer.as_ref()?;
-        let mut slot = handle.slot.lock().unwrap();
-        match rx.try_recv() {
-            Ok(msg) => Some(msg),
-            Err(_) => {
-                if matches!(*slot, WriterSlot::Running(_)) {
-                    *slot = WriterSlot::Idle;
-                }
-                None
-            }
-        }
-    }
-
-    /// For a writer told to shut down: no writer may start again, and whatever is still queued
-    /// is answered "shutting down" (by dropping its `Ack`).
-    pub(crate) fn retire_writer_for_good(&self, rx: &Receiver<WriterMsg>) {
-        if let Some(handle) = &self.writer {
-            let mut slot = handle.slot.lock().unwrap();
-            *slot = WriterSlot::Closed;
-            while rx.try_recv().is_ok() {}
-        }
-    }
-
-    /// Asks a running writer to sync and stop, and keeps new ones from starting. The returned
-    /// receiver completes when the writer is done (at once if none was running).
-    pub(crate) fn close_writer(&self) -> Option<oneshot::Receiver<()>> {
-        let handle = self.writer.as_ref()?;
-        let mut slot = handle.slot.lock().unwrap();
-        let (done, rx) = oneshot::channel();
-        match std::mem::replace(&mut *slot, WriterSlot::Closed) {
-            WriterSlot::Running(tx) => {
-                let _ = tx.send(WriterMsg::Shutdown { done });
-                Some(rx)
-            }
-            WriterSlot::Idle | WriterSlot::Closed => None,
-        }
-    }
-    /// A shared read-only handle on the log (positional reads need no seek, so one serves all).
+    /// The log's open handle (positional reads need no seek, so one serves all readers).
     pub(crate) fn read_handle(&self) -> std::io::Result<Arc<File>> {
-        let mut slot = self.read_handle.lock().unwrap();
-        if let Some(f) = slot.as_ref() {
-            return Ok(f.clone());
-        }
-        let f = Arc::new(File::open(&self.path)?);
-        *slot = Some(f.clone());
-        Ok(f)
+        Ok(self.files.get(&self.id, &self.path, false)?.0)
+    }
+
+    pub(crate) fn log_handle(&self) -> std::io::Result<(Arc<File>, bool)> {
+        self.files.get(&self.id, &self.path, true)
     }
 }
