@@ -106,6 +106,8 @@ pub struct Daemon {
     child: Option<Child>,
     config: Option<PathBuf>,
     starts: u32,
+    /// Open-file limit (soft and hard) the daemon runs under, when set.
+    nofile: Option<u64>,
 }
 
 impl Daemon {
@@ -141,6 +143,7 @@ impl Daemon {
             child: None,
             config,
             starts: 0,
+            nofile: None,
         }
     }
 
@@ -179,9 +182,49 @@ impl Daemon {
         self.child.is_some()
     }
 
+    /// Runs the daemon (from its next start on) with at most `n` open files: soft and hard
+    /// limit, so that it cannot raise its own.
+    pub fn limit_open_files(&mut self, n: u64) {
+        self.nofile = Some(n);
+    }
+
     /// The command line that starts a daemon on this directory's socket and data dir.
     pub fn command(&self) -> Command {
-        self.command_for(&self.socket(), &self.data_dir(), self.config.as_deref())
+        let mut cmd = self.command_for(&self.socket(), &self.data_dir(), self.config.as_deref());
+        if let Some(n) = self.nofile {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: setrlimit is async-signal-safe and touches only the child.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let lim = libc::rlimit {
+                        rlim_cur: n as libc::rlim_t,
+                        rlim_max: n as libc::rlim_t,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        cmd
+    }
+
+    /// A field of the daemon's `/proc/<pid>/status` (e.g. `Threads`), as a number.
+    pub fn proc_status(&self, field: &str) -> u64 {
+        let status = fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {field} in /proc status"))
+    }
+
+    /// How many descriptors the daemon has open now.
+    pub fn open_fds(&self) -> usize {
+        fs::read_dir(format!("/proc/{}/fd", self.pid()))
+            .unwrap()
+            .count()
     }
 
     /// A daemon command with explicit paths (for the "second daemon" tests); stderr appended
