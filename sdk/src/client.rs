@@ -26,17 +26,45 @@ const MAX_INCOMING_FRAME: usize = 256 * 1024 * 1024;
 pub enum Error {
     #[error("no dstream daemon is running at {} ({cause}); start one with `dstream daemon`", path.display())]
     NotRunning { path: PathBuf, cause: io::Error },
+    /// The socket exists but this user may not connect to it (it is owner-only).
+    #[error(
+        "permission denied on the daemon's socket {} ({cause}); the socket is owner-only, so \
+         connect as the user that runs the daemon",
+        path.display()
+    )]
+    PermissionDenied { path: PathBuf, cause: io::Error },
+    // Not `#[from]`/`#[source]`: the message already includes the cause, and a source would
+    // make `{:#}` (anyhow's chain) print it twice.
     #[error("i/o error talking to the daemon: {0}")]
-    Io(#[from] io::Error),
-    #[error("{0}")]
+    Io(io::Error),
+    /// The daemon refused the request. Transparent, so the chain prints the message once.
+    #[error(transparent)]
     Rpc(#[from] RpcError),
+    /// The daemon ended a subscription because its feed failed (for example an unreadable log).
+    #[error("the daemon ended the subscription: {0}")]
+    SubscriptionFailed(String),
     #[error("unexpected reply from the daemon: {0}")]
     Protocol(String),
     #[error("the connection to the daemon closed")]
     Closed,
 }
 
+impl From<io::Error> for Error {
+    fn from(e: io::Error) -> Self {
+        Error::Io(e)
+    }
+}
+
 impl Error {
+    /// Classifies a failure to reach the socket at `path`.
+    fn connecting(path: &Path, cause: io::Error) -> Error {
+        let path = path.into();
+        match cause.kind() {
+            io::ErrorKind::PermissionDenied => Error::PermissionDenied { path, cause },
+            _ => Error::NotRunning { path, cause },
+        }
+    }
+
     /// The JSON-RPC error code, when the daemon refused the request.
     pub fn code(&self) -> Option<i64> {
         match self {
@@ -102,16 +130,10 @@ impl Client {
         let path = path.as_ref();
         let name = path
             .to_fs_name::<GenericFilePath>()
-            .map_err(|cause| Error::NotRunning {
-                path: path.into(),
-                cause,
-            })?;
+            .map_err(|cause| Error::connecting(path, cause))?;
         let stream = Stream::connect(name)
             .await
-            .map_err(|cause| Error::NotRunning {
-                path: path.into(),
-                cause,
-            })?;
+            .map_err(|cause| Error::connecting(path, cause))?;
         // `&Stream` reads and writes, so one Arc serves both directions.
         let stream = Arc::new(stream);
         let (outgoing, outgoing_rx) = mpsc::unbounded_channel();
@@ -164,11 +186,7 @@ impl Client {
                 },
             );
         }
-        let mut frame = serde_json::to_vec(&json!({
-            "jsonrpc": "2.0", "id": id, "method": method, "params": params
-        }))
-        .map_err(|e| Error::Protocol(e.to_string()))?;
-        frame.push(b'\n');
+        let frame = request_frame(id, method, &params)?;
         if self.shared.outgoing.send(frame).is_err() {
             self.shared.routes.lock().unwrap().pending.remove(&id);
             return Err(Error::Closed);
@@ -290,7 +308,8 @@ impl Subscription {
         &self.id
     }
 
-    /// The next item; `None` once the connection is gone.
+    /// The next item; `None` once the connection is gone or after the item that ended the
+    /// subscription (an `Err`).
     pub async fn next(&mut self) -> Option<Result<SubscriptionItem, Error>> {
         self.rx.recv().await
     }
@@ -315,6 +334,22 @@ impl Drop for Subscription {
             .subscriptions
             .remove(&self.id);
     }
+}
+
+/// One request line. The `id` comes right after `"jsonrpc"`, so a daemon that has to discard
+/// an oversized frame can still read the id from its first bytes and answer that request.
+fn request_frame(id: u64, method: &str, params: &Value) -> Result<Vec<u8>, Error> {
+    let method = serde_json::to_string(method).map_err(|e| Error::Protocol(e.to_string()))?;
+    let params = serde_json::to_string(params).map_err(|e| Error::Protocol(e.to_string()))?;
+    let mut frame = Vec::with_capacity(48 + method.len() + params.len());
+    frame.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    frame.extend_from_slice(id.to_string().as_bytes());
+    frame.extend_from_slice(b",\"method\":");
+    frame.extend_from_slice(method.as_bytes());
+    frame.extend_from_slice(b",\"params\":");
+    frame.extend_from_slice(params.as_bytes());
+    frame.extend_from_slice(b"}\n");
+    Ok(frame)
 }
 
 async fn write_loop(stream: Arc<Stream>, mut rx: mpsc::UnboundedReceiver<Vec<u8>>) {
@@ -371,17 +406,32 @@ fn route(shared: &Shared, frame: ServerFrame) {
         let Some(sub) = params.get("subscription").and_then(Value::as_str) else {
             return;
         };
-        let routes = shared.routes.lock().unwrap();
-        if let Some(tx) = routes.subscriptions.get(sub) {
-            let _ = tx.send(decode_notification(&method, params.clone()));
+        let mut routes = shared.routes.lock().unwrap();
+        if method == "error" {
+            // The feed failed and the daemon ended it: the error is the last item, and
+            // dropping the sender ends the subscriber's stream after it.
+            if let Some(tx) = routes.subscriptions.remove(sub) {
+                let _ = tx.send(decode_notification(&method, params));
+            }
+        } else if let Some(tx) = routes.subscriptions.get(sub) {
+            let _ = tx.send(decode_notification(&method, params));
         }
         return;
     }
-    let Some(id) = frame.id.as_ref().and_then(Value::as_u64) else {
-        return;
-    };
+    let id = frame.id.as_ref().and_then(Value::as_u64);
     let mut routes = shared.routes.lock().unwrap();
-    let Some(pending) = routes.pending.remove(&id) else {
+    let Some(pending) = id.and_then(|id| routes.pending.remove(&id)) else {
+        // An error that names no request we are waiting for. If it names one we issued, that
+        // call was already settled (or given up on) and the reply is stale. Otherwise (id null,
+        // as for a frame the daemon discarded, or never issued) it belongs to one of the
+        // pending calls, but there is no telling which: fail them all rather than let the one
+        // it answers wait forever.
+        let issued = id.is_some_and(|id| id < shared.next_id.load(Ordering::Relaxed));
+        if let (Some(err), false) = (frame.error, issued) {
+            for (_, p) in routes.pending.drain() {
+                let _ = p.reply.send(Err(Error::Rpc(err.clone())));
+            }
+        }
         return;
     };
     let reply = match (frame.result, frame.error) {
@@ -417,6 +467,10 @@ fn decode_notification(method: &str, params: Value) -> Result<SubscriptionItem, 
             let n: PositionNotification = serde_json::from_value(params).map_err(bad)?;
             SubscriptionItem::Heartbeat { lsn: n.lsn }
         }
+        "error" => {
+            let n: ErrorNotification = serde_json::from_value(params).map_err(bad)?;
+            return Err(Error::SubscriptionFailed(n.message));
+        }
         "lagged" => {
             let n: LaggedNotification = serde_json::from_value(params).map_err(bad)?;
             SubscriptionItem::Lagged {
@@ -425,4 +479,158 @@ fn decode_notification(method: &str, params: Value) -> Result<SubscriptionItem, 
         }
         other => return Err(Error::Protocol(format!("unknown notification {other:?}"))),
     })
+}
+
+/// `error`: the daemon ended the subscription because its feed failed.
+#[derive(serde::Deserialize)]
+struct ErrorNotification {
+    message: String,
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    //! The client against a scripted stand-in for the daemon on a real Unix socket, for replies
+    //! a healthy daemon rarely sends. The real daemon is exercised in the `dstream-tests` crate.
+
+    use super::*;
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::net::{UnixListener, UnixStream};
+    use std::sync::atomic::AtomicUsize;
+    use std::time::Duration;
+
+    /// A socket path of its own, removed when dropped.
+    struct SocketPath(PathBuf);
+
+    impl Drop for SocketPath {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    /// Listens on a fresh socket and runs `script` on the first connection, on a thread. Lines
+    /// the script receives are passed back on the returned channel.
+    fn fake_daemon(
+        script: impl FnOnce(&mut dyn FnMut() -> String, &mut UnixStream) + Send + 'static,
+    ) -> (SocketPath, std::sync::mpsc::Receiver<String>) {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "dstream-sdk-test-{}-{}.sock",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path).unwrap();
+        let (seen_tx, seen) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut next_line = || {
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap();
+                let _ = seen_tx.send(line.clone());
+                line
+            };
+            script(&mut next_line, &mut stream);
+            // Hold the connection open until the client goes away.
+            while !next_line().is_empty() {}
+        });
+        (SocketPath(path), seen)
+    }
+
+    async fn within<T>(f: impl Future<Output = T>) -> T {
+        tokio::time::timeout(Duration::from_secs(10), f)
+            .await
+            .expect("the client hung")
+    }
+
+    #[tokio::test]
+    async fn an_error_without_a_usable_id_fails_every_pending_call() {
+        let (path, seen) = fake_daemon(|next_line, stream| {
+            next_line();
+            next_line();
+            // What the daemon answers to a frame it had to discard without reading its id.
+            stream
+                .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32003,\"message\":\"frame of 9000 bytes exceeds the limit of 4096 bytes\"}}\n")
+                .unwrap();
+            let hello = next_line();
+            assert!(hello.starts_with("{\"jsonrpc\":\"2.0\",\"id\":3,"));
+            // A late error for a call already settled is stale: it must not touch call 3.
+            stream
+                .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-32603,\"message\":\"late\"}}\n")
+                .unwrap();
+            stream
+                .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"ok\":true}}\n")
+                .unwrap();
+        });
+        let client = Client::connect(&path.0).await.unwrap();
+        let first = client
+            .append_pipelined("s", NewEvent::new("small"))
+            .unwrap();
+        let second = client.append_pipelined("s", NewEvent::new("big")).unwrap();
+        for ack in [within(first).await, within(second).await] {
+            match ack {
+                Err(Error::Rpc(e)) => {
+                    assert_eq!(e.code, codes::FRAME_TOO_LARGE);
+                    assert!(e.message.contains("4096"), "{e}");
+                }
+                other => panic!("expected the daemon's error, got {other:?}"),
+            }
+        }
+        // The connection stays usable.
+        let hello = within(client.call_raw("hello", json!({}))).await.unwrap();
+        assert_eq!(hello, json!({"ok": true}));
+
+        // Every request frame starts with the version, then the id.
+        let first_line = seen.recv().unwrap();
+        assert!(
+            first_line
+                .starts_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"append\",\"params\":{"),
+            "{first_line}"
+        );
+        assert!(first_line.ends_with("}\n"));
+        let frame: Value = serde_json::from_str(&first_line).unwrap();
+        assert_eq!(frame["params"]["session_id"], "s");
+        assert_eq!(frame["params"]["event"]["type"], "small");
+        let second_line = seen.recv().unwrap();
+        assert!(
+            second_line.starts_with("{\"jsonrpc\":\"2.0\",\"id\":2,"),
+            "{second_line}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_error_notification_is_the_last_item_of_its_subscription() {
+        let (path, _seen) = fake_daemon(|next_line, stream| {
+            assert!(next_line().contains("\"method\":\"subscribe\""));
+            stream
+                .write_all(concat!(
+                    "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"subscription\":\"sub-1\"}}\n",
+                    "{\"jsonrpc\":\"2.0\",\"method\":\"caught_up\",\"params\":{\"subscription\":\"sub-1\",\"lsn\":0}}\n",
+                    "{\"jsonrpc\":\"2.0\",\"method\":\"error\",\"params\":{\"subscription\":\"sub-1\",\"message\":\"checksum mismatch at lsn 1\"}}\n",
+                ).as_bytes())
+                .unwrap();
+        });
+        let client = Client::connect(&path.0).await.unwrap();
+        let mut sub = within(client.subscribe("s", 1)).await.unwrap();
+        assert_eq!(
+            within(sub.next()).await.unwrap().unwrap(),
+            SubscriptionItem::CaughtUp { lsn: 0 }
+        );
+        match within(sub.next()).await {
+            Some(Err(Error::SubscriptionFailed(m))) => {
+                assert_eq!(m, "checksum mismatch at lsn 1")
+            }
+            other => panic!("expected the feed's error, got {other:?}"),
+        }
+        assert!(within(sub.next()).await.is_none(), "the subscription ended");
+    }
+
+    #[test]
+    fn a_daemon_error_displays_once_with_no_source_to_repeat_it() {
+        let e = Error::Rpc(RpcError::new(codes::INVALID_SESSION_ID, "bad id"));
+        assert_eq!(e.to_string(), "bad id (code -32001)");
+        assert!(std::error::Error::source(&e).is_none());
+        let e = Error::Io(io::Error::other("broken pipe"));
+        assert!(std::error::Error::source(&e).is_none());
+    }
 }

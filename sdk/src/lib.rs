@@ -1,4 +1,4 @@
-//! Client-side building blocks for [dstream], the local event-log daemon for coding agents.
+//! Client-side building blocks for dstream, the local event-log daemon for coding agents.
 //!
 //! - [`event`]: the stored event envelope ([`Event`]) and what a client sends to append one
 //!   ([`NewEvent`]), plus the session-id rules shared with the daemon.
@@ -6,6 +6,8 @@
 //! - [`Client`]: an async (tokio) client over the daemon's local socket.
 //! - [`blocking::Client`]: the same API for synchronous callers.
 //! - [`socket`]: where the daemon's socket lives by default.
+//!
+//! The repository's README describes the daemon, its configuration and the protocol.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), dstream_sdk::Error> {
@@ -16,8 +18,6 @@
 //! assert_eq!(page.events.last().map(|e| e.lsn), Some(ack.lsn));
 //! # Ok(()) }
 //! ```
-//!
-//! [dstream]: https://example.invalid/dstream
 
 pub mod blocking;
 mod client;

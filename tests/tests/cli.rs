@@ -1,12 +1,16 @@
 //! The `dstream` client commands against a real daemon, as a script or a person uses them.
 #![cfg(unix)]
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dstream_tests::serde_json::{self, Value, json};
-use dstream_tests::{Daemon, daemon_bin};
+use dstream_tests::{Daemon, daemon_bin, wait_child};
+
+/// How long a client command may take before the test calls it hung.
+const COMMAND_DEADLINE: Duration = Duration::from_secs(20);
 
 fn dstream(d: &Daemon, args: &[&str], stdin: &str) -> Output {
     let mut child = Command::new(daemon_bin())
@@ -25,6 +29,49 @@ fn dstream(d: &Daemon, args: &[&str], stdin: &str) -> Output {
         .write_all(stdin.as_bytes())
         .unwrap();
     child.wait_with_output().unwrap()
+}
+
+/// Runs `dstream` with `stdin`, and fails the test (killing the process) if it has not exited
+/// within [`COMMAND_DEADLINE`].
+fn dstream_within(d: &Daemon, args: &[&str], stdin: &str) -> Output {
+    run_within(Command::new(daemon_bin()), d.socket(), args, stdin)
+}
+
+fn run_within(mut cmd: Command, socket: PathBuf, args: &[&str], stdin: &str) -> Output {
+    let mut child = cmd
+        .args(args)
+        .arg("--socket")
+        .arg(socket)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let stdin = stdin.to_string();
+    let writer = std::thread::spawn(move || input.write_all(stdin.as_bytes()));
+    // Drain the pipes on threads so a chatty child cannot block on a full pipe.
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let out_reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        stdout.read_to_end(&mut buf).map(|_| buf)
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        stderr.read_to_end(&mut buf).map(|_| buf)
+    });
+    let Some(status) = wait_child(&mut child, COMMAND_DEADLINE) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("dstream {args:?} was still running after {COMMAND_DEADLINE:?}");
+    };
+    let _ = writer.join();
+    Output {
+        status,
+        stdout: out_reader.join().unwrap().unwrap(),
+        stderr: err_reader.join().unwrap().unwrap(),
+    }
 }
 
 fn json_lines(out: &Output) -> Vec<Value> {
@@ -110,7 +157,7 @@ fn append_stops_at_a_bad_line_and_names_it() {
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("line 3"), "{stderr}");
-    assert!(stderr.contains("appended 2 events"), "{stderr}");
+    assert!(stderr.contains("appended 2 events (lsn 1..2)"), "{stderr}");
     let out = dstream(&d, &["append", "--session", "../x"], "{\"type\":\"a\"}\n");
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid session_id"));
@@ -156,4 +203,217 @@ fn tail_follow_prints_history_then_live_events() {
     );
     follower.kill().unwrap();
     follower.wait().unwrap();
+}
+
+#[test]
+fn an_event_over_the_frame_limit_fails_append_with_the_daemons_message() {
+    let d = Daemon::start_with("[daemon]\nmax_frame_bytes = 4096\n");
+    let big = format!(
+        "{{\"type\":\"big\",\"payload\":{{\"text\":\"{}\"}}}}\n",
+        "x".repeat(8000)
+    );
+    let out = dstream_within(&d, &["append", "--session", "s"], &big);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("line 1") && stderr.contains("exceeds the limit of 4096 bytes"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("appended 0 events"), "{stderr}");
+    // The daemon and the session are fine afterwards.
+    let out = dstream_within(&d, &["append", "--session", "s"], "{\"type\":\"small\"}\n");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("appended 1 event (lsn 1..1)"), "{stderr}");
+}
+
+/// Events of `session` as the daemon has them now (none while the session does not exist).
+fn events_now(d: &Daemon, session: &str) -> Vec<Value> {
+    match d
+        .client()
+        .call("read", json!({"session_id": session, "from_lsn": 1}))
+    {
+        Ok(r) => r["events"].as_array().unwrap().clone(),
+        Err(_) => Vec::new(),
+    }
+}
+
+fn wait_for_events(d: &Daemon, session: &str, count: usize) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let events = events_now(d, session);
+        if events.len() >= count {
+            return events;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{session} has {} events after 10 s while stdin is still open; expected {count}",
+            events.len()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn append_sends_each_line_as_it_arrives_while_stdin_stays_open() {
+    let d = Daemon::start();
+    let mut child = Command::new(daemon_bin())
+        .args(["append", "--session", "live", "--socket"])
+        .arg(d.socket())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"{\"type\":\"first\"}\n").unwrap();
+    stdin.flush().unwrap();
+    let events = wait_for_events(&d, "live", 1);
+    assert_eq!(events[0]["type"], "first");
+
+    stdin.write_all(b"{\"type\":\"second\"}\n").unwrap();
+    stdin.flush().unwrap();
+    let events = wait_for_events(&d, "live", 2);
+    assert_eq!(events[1]["type"], "second");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "append must keep reading while stdin is open"
+    );
+
+    drop(stdin);
+    let status = wait_child(&mut child, COMMAND_DEADLINE).unwrap_or_else(|| {
+        let _ = child.kill();
+        panic!("append did not exit after stdin closed")
+    });
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("appended 2 events (lsn 1..2)"), "{stderr}");
+    assert_eq!(events_now(&d, "live").len(), 2);
+}
+
+#[test]
+fn a_daemon_error_is_printed_once() {
+    let d = Daemon::start();
+    let out = dstream_within(&d, &["tail", "a/b"], "");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.matches("invalid session_id").count(),
+        1,
+        "the message once: {stderr}"
+    );
+    assert_eq!(stderr.matches("(code -32001)").count(), 1, "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
+
+#[test]
+fn tail_follow_ends_with_the_daemons_error_when_the_log_cannot_be_read() {
+    let d = Daemon::start();
+    let out = dstream_within(
+        &d,
+        &["append", "--session", "bad"],
+        "{\"type\":\"a\",\"payload\":{\"text\":\"hello\"}}\n",
+    );
+    assert!(out.status.success());
+    // Damage the stored record in place (same length), so reading it fails its checksum.
+    let log = d.log_path("bad");
+    let mut data = std::fs::read(&log).unwrap();
+    let at = data
+        .windows(5)
+        .position(|w| w == b"hello")
+        .expect("payload in the log");
+    data[at] = b'j';
+    let mut f = std::fs::OpenOptions::new().write(true).open(&log).unwrap();
+    f.write_all(&data).unwrap();
+    f.sync_all().unwrap();
+
+    let out = dstream_within(&d, &["tail", "bad", "--follow"], "");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the daemon ended the subscription") && stderr.contains("lsn 1"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("unknown notification"), "{stderr}");
+}
+
+#[test]
+fn stats_shows_uptime_as_a_duration() {
+    let d = Daemon::start();
+    let out = dstream_within(&d, &["stats"], "");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.split_whitespace().next() == Some("uptime")),
+        "{text}"
+    );
+    assert!(!text.contains("uptime_ms"), "{text}");
+    // Scripts keep the field's real name.
+    let out = dstream_within(&d, &["stats", "--json"], "");
+    assert!(json_lines(&out)[0]["uptime_ms"].is_u64());
+}
+
+/// Whether every directory leading to `path`, and `path` itself, is executable by others.
+fn others_can_execute(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.ancestors()
+        .all(|p| std::fs::metadata(p).is_ok_and(|m| m.permissions().mode() & 0o001 != 0))
+}
+
+fn set_mode(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[test]
+fn a_socket_this_user_may_not_open_is_reported_as_permission_denied() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to run the client as another user");
+        return;
+    }
+    const NOBODY: u32 = 65534;
+    let d = Daemon::start();
+    let socket = d.socket();
+    // Let the other user reach the socket, but not open it: it stays owner-only.
+    for dir in [d.dir(), socket.parent().unwrap()] {
+        let mode = std::fs::metadata(dir).unwrap().permissions().mode();
+        set_mode(dir, mode | 0o001);
+    }
+    assert_eq!(
+        std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+
+    // The binary must be runnable by that user; copy it somewhere it is if need be.
+    let copy_dir = tempfile::tempdir().unwrap();
+    let bin = if others_can_execute(&daemon_bin()) {
+        daemon_bin()
+    } else {
+        set_mode(copy_dir.path(), 0o755);
+        let bin = copy_dir.path().join("dstream");
+        std::fs::copy(daemon_bin(), &bin).unwrap();
+        set_mode(&bin, 0o755);
+        assert!(others_can_execute(&bin), "{}", bin.display());
+        bin
+    };
+
+    let mut cmd = Command::new(bin);
+    cmd.uid(NOBODY).gid(NOBODY);
+    let out = run_within(cmd, socket, &["stats"], "");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("permission denied"), "{stderr}");
+    assert!(stderr.contains("dstream.sock"), "{stderr}");
+    assert!(!stderr.contains("no dstream daemon is running"), "{stderr}");
 }

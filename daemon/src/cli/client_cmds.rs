@@ -2,14 +2,16 @@
 
 use std::collections::VecDeque;
 use std::io::{BufRead, Write};
+use std::pin::Pin;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context as _, anyhow, bail};
+use anyhow::{anyhow, bail};
 use clap::Args;
-use dstream_sdk::protocol::QueryParams;
+use dstream_sdk::protocol::{AppendResult, QueryParams};
 use dstream_sdk::{Client, Event, NewEvent, SubscriptionItem};
 use serde::Deserialize;
+use tokio::sync::mpsc;
 
 use super::ClientOpts;
 use super::output;
@@ -57,17 +59,45 @@ enum AppendLine {
 
 /// Reads events from stdin, one JSON object per line, and appends them in order. Stops at the
 /// first line that is not valid or is refused, saying which line and why.
+///
+/// Each line is sent as soon as it is read, so `tail -f log | dstream append` streams: stdin
+/// is read on its own thread, because a blocking read on this single-threaded runtime would
+/// also stop the client's tasks that put the requests on the socket and take the replies.
 pub fn append(args: AppendArgs) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
         let client = connect(&args.opts).await?;
-        let mut in_flight = VecDeque::new();
+        let mut lines = stdin_lines();
+        let mut in_flight: VecDeque<(usize, PendingAck)> = VecDeque::new();
+        let mut line_no = 0usize;
         let mut appended = 0u64;
         let mut range: Option<(u64, u64)> = None;
         let mut failure = None;
-        let stdin = std::io::stdin();
-        for (n, line) in stdin.lock().lines().enumerate() {
-            let line_no = n + 1;
-            let line = line.context("reading stdin")?;
+        loop {
+            // Take acknowledgements as they come, and the next line whenever the window has
+            // room for it; a line never waits on an acknowledgement it does not need.
+            let step = tokio::select! {
+                biased;
+                ack = async { in_flight.front_mut().unwrap().1.as_mut().await },
+                    if !in_flight.is_empty() => Step::Ack(ack),
+                line = lines.recv(), if in_flight.len() < APPEND_WINDOW => Step::Line(line),
+            };
+            let line = match step {
+                Step::Ack(ack) => {
+                    let (n, _) = in_flight.pop_front().unwrap();
+                    if let Err(e) = report(n, ack, &args.opts, &mut appended, &mut range) {
+                        failure = Some(e);
+                        break;
+                    }
+                    continue;
+                }
+                Step::Line(None) => break,
+                Step::Line(Some(Err(e))) => {
+                    failure = Some(anyhow::Error::new(e).context("reading stdin"));
+                    break;
+                }
+                Step::Line(Some(Ok(line))) => line,
+            };
+            line_no += 1;
             if line.trim().is_empty() {
                 continue;
             }
@@ -85,25 +115,25 @@ pub fn append(args: AppendArgs) -> anyhow::Result<ExitCode> {
                     break;
                 }
             };
-            in_flight.push_back((line_no, client.append_pipelined(&session, event)?));
-            if in_flight.len() >= APPEND_WINDOW {
-                let (line_no, ack) = in_flight.pop_front().unwrap();
-                if let Err(e) = report(line_no, ack.await, &args.opts, &mut appended, &mut range) {
-                    failure = Some(e);
+            match client.append_pipelined(&session, event) {
+                Ok(ack) => in_flight.push_back((line_no, Box::pin(ack))),
+                Err(e) => {
+                    failure = Some(anyhow!("line {line_no}: {e}"));
                     break;
                 }
             }
         }
         // Whatever was sent is settled and reported, even after a failure.
-        while let Some((line_no, ack)) = in_flight.pop_front() {
-            if let Err(e) = report(line_no, ack.await, &args.opts, &mut appended, &mut range) {
+        while let Some((n, ack)) = in_flight.pop_front() {
+            if let Err(e) = report(n, ack.await, &args.opts, &mut appended, &mut range) {
                 failure.get_or_insert(e);
             }
         }
         if !args.opts.json {
+            let events = if appended == 1 { "event" } else { "events" };
             match range {
-                Some((lo, hi)) => eprintln!("appended {appended} events (lsn {lo}..{hi})"),
-                None => eprintln!("appended {appended} events"),
+                Some((lo, hi)) => eprintln!("appended {appended} {events} (lsn {lo}..{hi})"),
+                None => eprintln!("appended {appended} {events}"),
             }
         }
         match failure {
@@ -113,9 +143,33 @@ pub fn append(args: AppendArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// The acknowledgement of an append sent with `append_pipelined`.
+type PendingAck = Pin<Box<dyn Future<Output = Result<AppendResult, dstream_sdk::Error>> + Send>>;
+
+/// One turn of the append loop.
+enum Step {
+    Ack(Result<AppendResult, dstream_sdk::Error>),
+    Line(Option<std::io::Result<String>>),
+}
+
+/// Lines of stdin, read on a thread of their own. The channel is bounded so a fast producer
+/// is held back by the daemon's pace rather than buffered without limit.
+fn stdin_lines() -> mpsc::Receiver<std::io::Result<String>> {
+    let (tx, rx) = mpsc::channel(APPEND_WINDOW);
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let stop = line.is_err();
+            if tx.blocking_send(line).is_err() || stop {
+                break;
+            }
+        }
+    });
+    rx
+}
+
 fn report(
     line_no: usize,
-    ack: Result<dstream_sdk::protocol::AppendResult, dstream_sdk::Error>,
+    ack: Result<AppendResult, dstream_sdk::Error>,
     opts: &ClientOpts,
     appended: &mut u64,
     range: &mut Option<(u64, u64)>,
@@ -317,6 +371,8 @@ pub fn stats(args: StatsArgs) -> anyhow::Result<ExitCode> {
                 }
                 _ => value.to_string().trim_matches('"').to_string(),
             };
+            // The value shown is a duration, not a count of milliseconds.
+            let key = if key == "uptime_ms" { "uptime" } else { key };
             println!("{key:<22} {shown}");
         }
         Ok(ExitCode::SUCCESS)
