@@ -157,6 +157,7 @@ fn check_session_id(id: &str, what: &str) -> Result<(), RpcError> {
 pub fn store_error(e: StoreError) -> RpcError {
     let code = match &e {
         StoreError::NotFound(_) => codes::SESSION_NOT_FOUND,
+        StoreError::NotQuarantined(_) => codes::INVALID_PARAMS,
         StoreError::Quarantined { .. } => codes::SESSION_QUARANTINED,
         StoreError::Corrupt { .. } => codes::CORRUPT_RECORD,
         StoreError::ShuttingDown => codes::SHUTTING_DOWN,
@@ -191,6 +192,7 @@ pub async fn dispatch(
         "sessions.get" => now(sessions_get(ctx, raw)),
         "query" => now(query(ctx, raw).await),
         "stats" => now(stats(ctx)),
+        "repair" => now(repair(ctx, raw).await),
         other => now(Err(RpcError::new(
             codes::METHOD_NOT_FOUND,
             format!("unknown method {other:?}"),
@@ -297,11 +299,16 @@ async fn read(ctx: &Context, raw: Option<&RawValue>) -> RpcResult {
     event_array(&page.events, &mut out);
     out.extend_from_slice(
         format!(
-            ",\"next_lsn\":{},\"up_to_date\":{}}}",
+            ",\"next_lsn\":{},\"up_to_date\":{}",
             page.next_lsn, page.up_to_date
         )
         .as_bytes(),
     );
+    if let Some(q) = &page.quarantined {
+        out.extend_from_slice(b",\"quarantined\":");
+        out.extend_from_slice(&to_json(&quarantine_info(q))?);
+    }
+    out.push(b'}');
     Ok(out)
 }
 
@@ -369,6 +376,15 @@ fn session_info(s: &Session) -> SessionInfo {
         last_ts: meta.last_ts,
         last_lsn: s.committed_lsn(),
         bytes: meta.bytes,
+        quarantined: s.quarantine().map(quarantine_info),
+    }
+}
+
+fn quarantine_info(q: &crate::store::Quarantine) -> protocol::QuarantineInfo {
+    protocol::QuarantineInfo {
+        reason: q.reason.clone(),
+        offset: q.offset,
+        last_good_lsn: q.last_good_lsn,
     }
 }
 
@@ -386,7 +402,7 @@ fn sessions_get(ctx: &Context, raw: Option<&RawValue>) -> RpcResult {
     let p: protocol::SessionsGetParams = params(raw)?;
     check_session_id(&p.session_id, "session_id")?;
     match ctx.store.get(&p.session_id) {
-        Some(s) if s.committed_lsn() > 0 => to_json(&session_info(&s)),
+        Some(s) if s.committed_lsn() > 0 || s.quarantine().is_some() => to_json(&session_info(&s)),
         _ => Err(store_error(ctx.store.missing(&p.session_id))),
     }
 }
@@ -432,6 +448,20 @@ async fn query(ctx: &Context, raw: Option<&RawValue>) -> RpcResult {
     event_array(&events, &mut out);
     out.extend_from_slice(format!(",\"truncated\":{truncated}}}").as_bytes());
     Ok(out)
+}
+
+async fn repair(ctx: &Context, raw: Option<&RawValue>) -> RpcResult {
+    let p: protocol::RepairParams = params(raw)?;
+    check_session_id(&p.session_id, "session_id")?;
+    let r = ctx.store.repair(&p.session_id).await.map_err(store_error)?;
+    to_json(&protocol::RepairResult {
+        session_id: p.session_id,
+        kept_records: r.kept_records,
+        moved_bytes: r.moved_bytes,
+        moved_to: r.moved_to.display().to_string(),
+        lost_lsns: r.lost_lsns,
+        resumed_at: r.resumed_at,
+    })
 }
 
 fn stats(ctx: &Context) -> RpcResult {

@@ -76,9 +76,9 @@ pub async fn run(config: Config) -> Result<(), StartError> {
             RecoveryNote::Quarantined {
                 session,
                 reason,
-                moved_to,
+                offset,
             } => {
-                tracing::error!(%session, %reason, moved_to = %moved_to.display(), "quarantined a corrupt log")
+                tracing::error!(%session, %reason, offset, "quarantined a corrupt log; `dstream repair` moves the damage aside")
             }
         }
     }

@@ -67,6 +67,10 @@ impl Client {
         self.runtime.block_on(self.inner.query(params))
     }
 
+    pub fn repair(&self, session_id: &str) -> Result<RepairResult, Error> {
+        self.runtime.block_on(self.inner.repair(session_id))
+    }
+
     pub fn stats(&self) -> Result<StatsResult, Error> {
         self.runtime.block_on(self.inner.stats())
     }

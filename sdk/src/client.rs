@@ -291,6 +291,18 @@ impl Client {
         self.call("query", params).await
     }
 
+    /// Repairs a quarantined session: moves the damage aside, keeps every valid record, and
+    /// reopens it for appends above every LSN it ever handed out.
+    pub async fn repair(&self, session_id: &str) -> Result<RepairResult, Error> {
+        self.call(
+            "repair",
+            &RepairParams {
+                session_id: session_id.into(),
+            },
+        )
+        .await
+    }
+
     pub async fn stats(&self) -> Result<StatsResult, Error> {
         self.call("stats", &json!({})).await
     }

@@ -43,6 +43,10 @@ pub mod codes {
     pub const UNKNOWN_SUBSCRIPTION: i64 = -32006;
     /// A stored record failed its checksum while being read.
     pub const CORRUPT_RECORD: i64 = -32007;
+    /// The daemon holds as much client data in memory as it may; try again shortly.
+    pub const OVERLOADED: i64 = -32008;
+    /// The connecting process runs as another user than the daemon.
+    pub const PEER_REFUSED: i64 = -32009;
 }
 
 /// A request frame as the client sends it.
@@ -146,6 +150,19 @@ pub struct ReadResult {
     pub next_lsn: u64,
     /// True when `next_lsn` is past the last committed event.
     pub up_to_date: bool,
+    /// Set when the session is quarantined: the events end where the damage starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quarantined: Option<QuarantineInfo>,
+}
+
+/// Why a session is quarantined and where its readable prefix ends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuarantineInfo {
+    pub reason: String,
+    /// Byte offset in the log where the damage starts.
+    pub offset: u64,
+    /// Last LSN of the readable prefix (0 when nothing before the damage is readable).
+    pub last_good_lsn: u64,
 }
 
 // ---- subscribe ----
@@ -200,6 +217,32 @@ pub struct SessionInfo {
     pub last_lsn: u64,
     /// Bytes in the log file.
     pub bytes: u64,
+    /// Set when the session's log is damaged: it takes no appends until `repair`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quarantined: Option<QuarantineInfo>,
+}
+
+// ---- repair ----
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RepairParams {
+    pub session_id: String,
+}
+
+/// What `repair` did to a quarantined session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RepairResult {
+    pub session_id: String,
+    /// Valid records kept in the log, each with its original LSN.
+    pub kept_records: u64,
+    /// Damaged bytes moved out of the log...
+    pub moved_bytes: u64,
+    /// ...to this file, next to the log.
+    pub moved_to: String,
+    /// Inclusive LSN ranges no longer in the log.
+    pub lost_lsns: Vec<(u64, u64)>,
+    /// LSN of the `log.recovered` event the repair appended; appends continue after it.
+    pub resumed_at: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -401,11 +401,17 @@ fn torn_tail_is_cut_reported_and_quarantined() {
     assert_eq!(c.read_all("fine"), fine);
 }
 
+/// Damage inside a log (or a complete last line with a bad checksum) quarantines the session:
+/// `sessions.list` shows it with the reason and offset, reads return the good prefix and say
+/// where it stops, appends are refused, and `repair` (RPC or CLI) moves the bad bytes aside,
+/// keeps every valid record with its LSN, and reopens the session above every LSN handed out,
+/// without a restart.
 #[test]
-fn corruption_before_the_last_line_quarantines_the_whole_log() {
+fn quarantine_shows_the_damage_and_repair_reopens_the_session() {
     let mut d = Daemon::start();
     let mut c = d.client();
-    for s in ["bad-crc", "bad-json"] {
+    let names = ["bad-crc", "bad-json", "bad-last"];
+    for s in names {
         for i in 0..10 {
             c.append(
                 s,
@@ -417,78 +423,142 @@ fn corruption_before_the_last_line_quarantines_the_whole_log() {
     for i in 0..5 {
         c.append("good", "t", json!({"i": i}));
     }
+    let original: BTreeMap<&str, Vec<Value>> = names.iter().map(|s| (*s, c.read_all(s))).collect();
     let good = c.read_all("good");
     drop(c);
     assert_eq!(d.stop().code(), Some(0));
 
-    // bad-crc: flip one character inside a string of line 3: still JSON, but the CRC is wrong.
-    let p = d.log_path("bad-crc");
-    let mut data = fs::read(&p).unwrap();
-    let (start, end) = line_ranges(&data)[2];
-    let pos = start
-        + data[start..end]
-            .windows(8)
-            .position(|w| w == b"aaaaaaaa")
-            .unwrap()
-        + 4;
-    data[pos] = b'b';
-    write_file(&p, &data);
-    let bad_crc = data;
+    // Flip one character inside a string of line `n`: still JSON, but the CRC is wrong.
+    let flip = |s: &str, n: usize| -> (Vec<u8>, usize) {
+        let p = d.log_path(s);
+        let mut data = fs::read(&p).unwrap();
+        let (start, end) = line_ranges(&data)[n];
+        let pos = start
+            + data[start..end]
+                .windows(8)
+                .position(|w| w == b"aaaaaaaa")
+                .unwrap()
+            + 4;
+        data[pos] = b'b';
+        write_file(&p, &data);
+        (data[start..=end].to_vec(), start)
+    };
+    let (bad_line_crc, offset_crc) = flip("bad-crc", 2);
+    let (bad_line_last, offset_last) = flip("bad-last", 9);
     // bad-json: break line 4's JSON.
     let p = d.log_path("bad-json");
     let mut data = fs::read(&p).unwrap();
     let (start, end) = line_ranges(&data)[3];
     data[start + (end - start) / 2] = 0x01;
     write_file(&p, &data);
-    let bad_json = data;
+    let offset_json = start;
 
     d.restart();
     let mut c = d.client();
-    for (s, content) in [("bad-crc", &bad_crc), ("bad-json", &bad_json)] {
+    let expect = [
+        ("bad-crc", 2u64, offset_crc),
+        ("bad-json", 3, offset_json),
+        ("bad-last", 9, offset_last),
+    ];
+    let listed = sorted_sessions(&mut c);
+    for (s, last_good, offset) in expect {
+        let info = listed
+            .iter()
+            .find(|i| i["session_id"] == s)
+            .unwrap_or_else(|| panic!("{s} must stay listed: {listed:?}"));
+        let q = &info["quarantined"];
+        assert_eq!(q["offset"], json!(offset), "{s}: {info}");
+        assert_eq!(q["last_good_lsn"], json!(last_good), "{s}: {info}");
+        assert!(!q["reason"].as_str().unwrap().is_empty(), "{s}: {info}");
+
+        let r = c.ok("read", json!({"session_id": s}));
+        assert_eq!(
+            r["events"].as_array().unwrap().as_slice(),
+            &original[s][..last_good as usize],
+            "{s}: a read returns the good prefix"
+        );
+        assert_eq!(
+            r["quarantined"]["last_good_lsn"],
+            json!(last_good),
+            "{s}: {r}"
+        );
+
         let e = c.err("append", json!({"session_id": s, "event": {"type": "t"}}));
         assert_eq!(e.code, codes::SESSION_QUARANTINED, "{s}: {e}");
-        assert!(
-            format!("{} {:?}", e.message, e.data)
-                .to_lowercase()
-                .contains("quarantin"),
-            "{s}: the error must say the log is quarantined: {e}"
-        );
-        let r = c.call("read", json!({"session_id": s}));
-        assert!(
-            r.is_err(),
-            "{s}: reading a quarantined log must fail, not skip lines silently: {r:?}"
-        );
-        assert!(
-            !d.log_path(s).exists(),
-            "{s}: the corrupt log must be moved out of sessions/"
-        );
-        assert!(
-            files_under(&d.quarantine_dir())
-                .iter()
-                .any(|f| fs::read(f).unwrap_or_default() == *content),
-            "{s}: the whole file must be under quarantine/ byte for byte; found {:?}",
-            files_under(&d.quarantine_dir())
-        );
+        assert!(e.message.contains("dstream repair"), "{s}: {e}");
     }
     // Other sessions keep working.
     assert_eq!(c.read_all("good"), good);
     assert_eq!(c.append("good", "t", json!({})).0, 6);
-    assert_eq!(c.append("new", "t", json!({})).0, 1);
-    let mut c2 = d.client();
-    assert!(c2.call("hello", json!({})).is_ok());
 
-    // Still quarantined after another restart: the session does not silently start over at
-    // lsn 1 while its history sits in quarantine/.
-    drop((c, c2));
+    // Still quarantined after another restart: nothing starts over at lsn 1.
+    drop(c);
     assert_eq!(d.stop().code(), Some(0));
     d.restart();
     let mut c = d.client();
-    for s in ["bad-crc", "bad-json"] {
-        let r = c.call("append", json!({"session_id": s, "event": {"type": "t"}}));
-        assert!(
-            matches!(&r, Err(e) if e.code == codes::SESSION_QUARANTINED),
-            "{s}: after a restart, appends must still be refused as quarantined: {r:?}"
-        );
+    for s in names {
+        let e = c.err("append", json!({"session_id": s, "event": {"type": "t"}}));
+        assert_eq!(e.code, codes::SESSION_QUARANTINED, "{s}: {e}");
     }
-    assert_eq!(c.read_all("good").len(), 6);
+
+    // Repair through the RPC, without a restart.
+    let r = c.ok("repair", json!({"session_id": "bad-crc"}));
+    assert_eq!(r["kept_records"], json!(9), "{r}");
+    assert_eq!(r["lost_lsns"], json!([[3, 3]]), "{r}");
+    assert_eq!(r["resumed_at"], json!(11), "{r}");
+    let moved = std::path::PathBuf::from(r["moved_to"].as_str().unwrap());
+    assert_eq!(moved.parent().unwrap(), d.sessions_dir(), "next to the log");
+    assert_eq!(
+        fs::read(&moved).unwrap(),
+        bad_line_crc,
+        "the bad bytes, moved aside"
+    );
+    let events = c.read_all("bad-crc");
+    let lsns: Vec<u64> = events.iter().map(lsn_of).collect();
+    assert_eq!(lsns, [1, 2, 4, 5, 6, 7, 8, 9, 10, 11]);
+    assert_eq!(&events[..2], &original["bad-crc"][..2]);
+    assert_eq!(&events[2..9], &original["bad-crc"][3..]);
+    assert_eq!(events[9]["type"], "log.recovered");
+    assert_eq!(c.append("bad-crc", "t", json!({})).0, 12);
+    let e = c.err("repair", json!({"session_id": "bad-crc"}));
+    assert_eq!(e.code, codes::INVALID_PARAMS, "a healthy session: {e}");
+
+    // A complete last line with a bad checksum was never silently dropped; repair keeps the
+    // nine before it and does not hand out its LSN again.
+    let r = c.ok("repair", json!({"session_id": "bad-last"}));
+    assert_eq!(r["lost_lsns"], json!([[10, 10]]), "{r}");
+    assert_eq!(
+        fs::read(r["moved_to"].as_str().unwrap()).unwrap(),
+        bad_line_last
+    );
+    assert_eq!(c.append("bad-last", "t", json!({})).0, 12);
+
+    // And through the CLI.
+    let out = std::process::Command::new(dstream_tests::daemon_bin())
+        .args(["repair", "bad-json", "--socket"])
+        .arg(d.socket())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("kept 9 valid records"), "{stdout}");
+    assert_eq!(c.append("bad-json", "t", json!({})).0, 12);
+
+    // A restart keeps all of it, and the LSNs go on.
+    let before = c.read_all("bad-crc");
+    drop(c);
+    assert_eq!(d.stop().code(), Some(0));
+    d.restart();
+    let mut c = d.client();
+    assert_eq!(c.read_all("bad-crc"), before);
+    assert_eq!(c.append("bad-crc", "t", json!({})).0, 13);
+    assert!(
+        sorted_sessions(&mut c)
+            .iter()
+            .all(|s| s.get("quarantined").is_none())
+    );
 }

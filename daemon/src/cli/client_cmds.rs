@@ -278,6 +278,47 @@ pub fn sessions(args: SessionsArgs) -> anyhow::Result<ExitCode> {
                 output::time(s.last_ts)
             );
         }
+        let damaged: Vec<_> = sessions.iter().filter(|s| s.quarantined.is_some()).collect();
+        for s in &damaged {
+            let q = s.quarantined.as_ref().expect("filtered");
+            println!(
+                "QUARANTINED {}: {} (readable up to lsn {}, damage from byte {}); `dstream repair {}` fixes it",
+                s.session_id, q.reason, q.last_good_lsn, q.offset, s.session_id
+            );
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+#[derive(Args)]
+pub struct RepairArgs {
+    /// The quarantined session to repair.
+    session: String,
+    #[command(flatten)]
+    opts: ClientOpts,
+}
+
+/// Repairs a quarantined session and says what moved where.
+pub fn repair(args: RepairArgs) -> anyhow::Result<ExitCode> {
+    runtime()?.block_on(async {
+        let r = connect(&args.opts).await?.repair(&args.session).await?;
+        if args.opts.json {
+            print_json(&r)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        println!(
+            "repaired {}: kept {} valid record{}, moved {} damaged byte{} to {}",
+            r.session_id,
+            r.kept_records,
+            if r.kept_records == 1 { "" } else { "s" },
+            r.moved_bytes,
+            if r.moved_bytes == 1 { "" } else { "s" },
+            r.moved_to
+        );
+        for (from, to) in &r.lost_lsns {
+            println!("  lsn {from}..={to} no longer in the log");
+        }
+        println!("appends continue after lsn {}", r.resumed_at);
         Ok(ExitCode::SUCCESS)
     })
 }

@@ -45,6 +45,8 @@ enum Command {
     Query(client_cmds::QueryArgs),
     /// Show the daemon's counters.
     Stats(client_cmds::StatsArgs),
+    /// Move a quarantined session's damage aside and take appends again.
+    Repair(client_cmds::RepairArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -63,6 +65,7 @@ pub fn main() -> ExitCode {
         Command::Sessions(args) => client_cmds::sessions(args),
         Command::Query(args) => client_cmds::query(args),
         Command::Stats(args) => client_cmds::stats(args),
+        Command::Repair(args) => client_cmds::repair(args),
     };
     match result {
         Ok(code) => code,

@@ -63,6 +63,11 @@ impl FileCache {
         Ok((file, !existed))
     }
 
+    /// Forgets `session`'s handle (its file was replaced).
+    pub fn forget(&self, session: &str) {
+        self.inner.lock().unwrap().open.remove(session);
+    }
+
     /// How many logs are open now.
     pub fn open_count(&self) -> usize {
         self.inner.lock().unwrap().open.len()

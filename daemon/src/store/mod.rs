@@ -12,10 +12,12 @@
 mod commit;
 mod files;
 mod fsutil;
+mod gaps;
 pub mod index;
 mod reader;
 pub mod record;
 mod recovery;
+mod repair;
 mod session;
 mod wal;
 
@@ -30,12 +32,14 @@ use serde_json::value::RawValue;
 
 pub use commit::Ack;
 pub use reader::{QueryFilter, ReadPage, read_range};
-pub use session::{EventJson, Session, SessionMeta, SessionState};
+pub use repair::RepairReport;
+pub use session::{EventJson, Quarantine, Session, SessionMeta, SessionState};
 
 use crate::config::FsyncPolicy;
 use commit::{Append, CommitMsg, Committer};
 use files::FileCache;
 use fsutil::{create_private_dir, save_range, sync_dir};
+use gaps::Gaps;
 use index::SparseIndex;
 use recovery::Damage;
 use wal::Wal;
@@ -69,12 +73,16 @@ pub enum StoreError {
         message: String,
         kind: io::ErrorKind,
     },
-    #[error("session {session} is quarantined: {reason}")]
+    #[error(
+        "session {session} is quarantined: {reason} (`dstream repair {session}` moves the damage aside and reopens it)"
+    )]
     Quarantined { session: String, reason: String },
     #[error("the store takes no more appends until the daemon restarts: {reason}")]
     Failed { reason: String },
     #[error("session {0} not found")]
     NotFound(String),
+    #[error("session {0} is not quarantined; there is nothing to repair")]
+    NotQuarantined(String),
     #[error("corrupt record in session {session} near lsn {lsn}: {reason}")]
     Corrupt {
         session: String,
@@ -154,7 +162,8 @@ pub enum RecoveryNote {
     Quarantined {
         session: String,
         reason: String,
-        moved_to: PathBuf,
+        /// Where the good prefix ends.
+        offset: u64,
     },
 }
 
@@ -166,6 +175,8 @@ struct Inner {
     files: Arc<FileCache>,
     /// The commit thread's queue; `None` once the store is shutting down.
     commit: RwLock<Option<mpsc::Sender<CommitMsg>>>,
+    /// One repair at a time.
+    repairing: tokio::sync::Mutex<()>,
     _lock: File,
 }
 
@@ -203,6 +214,7 @@ impl Store {
             sessions: RwLock::new(HashMap::new()),
             stats,
             commit: RwLock::new(Some(tx)),
+            repairing: tokio::sync::Mutex::new(()),
             _lock: lock,
         });
         let store = Store { inner };
@@ -230,21 +242,9 @@ impl Store {
                     "reason": "torn_tail", "detail": reason, "truncated_bytes": cut_bytes,
                     "saved_to": saved_to, "last_good_lsn": last_lsn,
                 });
-                let event = NewEventRaw {
-                    event_type: "log.recovered".into(),
-                    actor: Some("dstream".into()),
-                    payload: Some(RawValue::from_string(payload.to_string()).expect("valid json")),
-                    stream_id: None,
-                    causation_id: None,
-                    correlation_id: None,
-                    metadata: None,
-                    raw: None,
-                    ignored_lsn: None,
-                    ignored_id: None,
-                    ignored_timestamp: None,
-                    ignored_session_id: None,
-                };
-                store.append_wait(session, event, true).await?;
+                store
+                    .append_wait(session, recovered_event(payload), true)
+                    .await?;
             }
         }
         Ok((store, notes))
@@ -330,7 +330,7 @@ impl Store {
         id: String,
         path: PathBuf,
         state: SessionState,
-        quarantine: Option<String>,
+        quarantine: Option<Quarantine>,
     ) -> Arc<Session> {
         Arc::new(Session::new(
             id,
@@ -350,7 +350,7 @@ impl Store {
             .read()
             .unwrap()
             .values()
-            .filter(|s| s.committed_lsn() > 0)
+            .filter(|s| s.committed_lsn() > 0 || s.quarantine().is_some())
             .cloned()
             .collect();
         list.sort_by_cached_key(|s| (std::cmp::Reverse(s.meta().last_ts), s.id.clone()));
@@ -375,7 +375,10 @@ impl Store {
         from_lsn: u64,
         limit: usize,
     ) -> Result<ReadPage, StoreError> {
-        let Some(session) = self.get(session).filter(|s| s.committed_lsn() > 0) else {
+        let Some(session) = self
+            .get(session)
+            .filter(|s| s.committed_lsn() > 0 || s.quarantine().is_some())
+        else {
             return Err(self.missing(session));
         };
         tokio::task::spawn_blocking(move || reader::read_page(&session, from_lsn, limit))
@@ -400,6 +403,45 @@ impl Store {
             .map_err(|e| StoreError::io("query task", &io::Error::other(e.to_string())))?
     }
 
+    /// Repairs a quarantined session without a restart: the damaged bytes move to a file next
+    /// to the log, every valid record stays with its LSN, and the session takes appends again
+    /// from above every LSN it ever handed out (a `log.recovered` event comes first).
+    pub async fn repair(&self, id: &str) -> Result<RepairReport, StoreError> {
+        let _one_at_a_time = self.inner.repairing.lock().await;
+        let session = self
+            .get(id)
+            .ok_or_else(|| StoreError::NotFound(id.into()))?;
+        let Some(quarantine) = session.quarantine().cloned() else {
+            return Err(StoreError::NotQuarantined(id.into()));
+        };
+        let (dir, settings, id_owned) = (
+            self.inner.sessions_dir.clone(),
+            self.inner.settings.clone(),
+            id.to_string(),
+        );
+        let q = quarantine.clone();
+        let (mut report, recovered) =
+            tokio::task::spawn_blocking(move || repair::repair_log(&dir, &id_owned, &q, &settings))
+                .await
+                .map_err(|e| StoreError::io("repair task", &io::Error::other(e.to_string())))??;
+        // The old handle points at the replaced file.
+        self.inner.files.forget(id);
+        let fresh = self.new_session(id.into(), recovered.path, recovered.state, None);
+        self.inner
+            .sessions
+            .write()
+            .unwrap()
+            .insert(id.into(), fresh);
+        let payload = serde_json::json!({
+            "reason": "repair", "detail": quarantine.reason, "offset": quarantine.offset,
+            "moved_to": report.moved_to, "moved_bytes": report.moved_bytes,
+            "kept_records": report.kept_records, "lost_lsns": report.lost_lsns,
+        });
+        let ack = self.append_wait(id, recovered_event(payload), true).await?;
+        report.resumed_at = ack.lsn;
+        Ok(report)
+    }
+
     /// Writes and syncs every append queued before this call; later ones are refused.
     pub async fn shutdown(&self) {
         let Some(tx) = self.inner.commit.write().unwrap().take() else {
@@ -412,12 +454,30 @@ impl Store {
     }
 }
 
+/// A `log.recovered` event from the daemon itself.
+fn recovered_event(payload: serde_json::Value) -> NewEventRaw {
+    NewEventRaw {
+        event_type: "log.recovered".into(),
+        actor: Some("dstream".into()),
+        payload: Some(RawValue::from_string(payload.to_string()).expect("valid json")),
+        stream_id: None,
+        causation_id: None,
+        correlation_id: None,
+        metadata: None,
+        raw: None,
+        ignored_lsn: None,
+        ignored_id: None,
+        ignored_timestamp: None,
+        ignored_session_id: None,
+    }
+}
+
 /// A session as recovery left it.
-struct Recovered {
+pub(crate) struct Recovered {
     id: String,
     path: PathBuf,
     state: SessionState,
-    quarantine: Option<String>,
+    quarantine: Option<Quarantine>,
     note: Option<RecoveryNote>,
 }
 
@@ -443,13 +503,6 @@ fn open_blocking(
             ids.push(id.to_string());
         } else {
             tracing::warn!(file = ?name, "ignoring a log whose name is not a valid session id");
-        }
-    }
-    let mut blocked = Vec::new();
-    for entry in fs::read_dir(&quarantine_dir).map_err(ctx("listing quarantine"))? {
-        let name = entry.map_err(ctx("listing quarantine"))?.file_name();
-        if let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".blocked")) {
-            blocked.push(id.to_string());
         }
     }
 
@@ -480,28 +533,6 @@ fn open_blocking(
         }
         Ok(())
     })?;
-    for id in blocked {
-        let reason =
-            fs::read_to_string(quarantine_dir.join(format!("{id}.blocked"))).unwrap_or_default();
-        let reason = format!(
-            "{} (delete {}.blocked in {} to accept appends again)",
-            reason.trim(),
-            id,
-            quarantine_dir.display()
-        );
-        if let Some(r) = recovered.iter_mut().find(|r| r.id == id) {
-            r.quarantine = Some(reason);
-        } else if dstream_sdk::validate_session_id(&id).is_ok() {
-            let path = sessions_dir.join(format!("{id}.jsonl"));
-            recovered.push(Recovered {
-                id,
-                path,
-                state: SessionState::default(),
-                quarantine: Some(reason),
-                note: None,
-            });
-        }
-    }
     let (wal, recovered) = replay_wal(data_dir, settings, recovered)?;
     Ok((lock, wal, recovered))
 }
@@ -580,11 +611,11 @@ fn replay_wal(
     Ok((wal, recovered))
 }
 
-fn stamp() -> u64 {
+pub(crate) fn stamp() -> u64 {
     commit::now_ms()
 }
 
-fn recover_session(
+pub(crate) fn recover_session(
     sessions_dir: &Path,
     quarantine_dir: &Path,
     id: String,
@@ -602,11 +633,13 @@ fn recover_session(
         tracing::warn!(session = %id, error = %e, "index unreadable; rebuilding");
         None
     });
+    let gaps = Gaps::load(&path.with_extension("gaps")).map_err(ctx("reading a gaps file"))?;
     let scan = recovery::scan(
         &file,
         loaded.as_ref(),
         settings.verify_on_start,
         settings.index_interval_bytes,
+        &gaps,
     )
     .map_err(ctx("scanning a log"))?;
     let meta = SessionMeta {
@@ -617,28 +650,31 @@ fn recover_session(
     };
     let mut note = None;
     match scan.damage {
-        Damage::Corrupt { reason } => {
-            let moved_to = quarantine_dir.join(format!("{id}.{}.jsonl", stamp()));
-            fs::rename(&path, &moved_to).map_err(ctx("quarantining a log"))?;
-            let _ = fs::remove_file(&idx_path);
-            fs::write(
-                quarantine_dir.join(format!("{id}.blocked")),
-                format!("{reason}; the log was moved to {}\n", moved_to.display()),
-            )
-            .map_err(ctx("quarantining a log"))?;
-            sync_dir(quarantine_dir)
-                .and_then(|()| sync_dir(sessions_dir))
-                .map_err(ctx("quarantining a log"))?;
-            tracing::error!(session = %id, %reason, moved_to = %moved_to.display(), "corrupt log quarantined");
+        Damage::Corrupt { reason, offset } => {
+            // The log stays where it is: its good prefix is readable, and `repair` moves the
+            // damaged part aside. Nothing is rewritten until someone asks for that.
+            tracing::error!(session = %id, %reason, offset, "corrupt log quarantined; run `dstream repair {id}`");
+            let quarantine = Quarantine {
+                reason: reason.clone(),
+                offset,
+                last_good_lsn: scan.last_lsn,
+            };
+            let state = SessionState {
+                last_lsn: scan.last_lsn,
+                len: scan.good_len,
+                index: scan.index,
+                meta,
+                gaps,
+            };
             return Ok(Recovered {
                 id: id.clone(),
                 path,
-                state: SessionState::default(),
-                quarantine: Some(reason.clone()),
+                state,
+                quarantine: Some(quarantine),
                 note: Some(RecoveryNote::Quarantined {
                     session: id,
                     reason,
-                    moved_to,
+                    offset,
                 }),
             });
         }
@@ -669,6 +705,7 @@ fn recover_session(
         len: scan.good_len,
         index: scan.index,
         meta,
+        gaps,
     };
     Ok(Recovered {
         id,

@@ -16,6 +16,8 @@ pub struct ReadPage {
     pub events: Vec<EventJson>,
     pub next_lsn: u64,
     pub up_to_date: bool,
+    /// Set for a quarantined session: the events end where the damage starts.
+    pub quarantined: Option<super::Quarantine>,
 }
 
 /// Reads up to `limit` events with `from_lsn <= lsn <= upto`, in order. `upto` must be
@@ -66,7 +68,7 @@ pub fn read_range(
             let (lsn, body) = record::open(line).map_err(|e| {
                 corrupt(expected, format!("{e:?} in the record for lsn {expected}"))
             })?;
-            if lsn != expected {
+            if lsn != expected && !session.gaps.allows(expected - 1, lsn) {
                 return Err(corrupt(
                     expected,
                     format!("found lsn {lsn} where lsn {expected} belongs"),
@@ -78,7 +80,7 @@ pub fn read_range(
                     return Ok(out);
                 }
             }
-            expected += 1;
+            expected = lsn + 1;
             line_start += nl + 1;
         }
         carry = chunk[line_start..].to_vec();
@@ -100,6 +102,7 @@ pub(crate) fn read_page(
         events,
         next_lsn,
         up_to_date: next_lsn > committed,
+        quarantined: session.quarantine().cloned(),
     })
 }
 

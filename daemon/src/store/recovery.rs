@@ -13,6 +13,7 @@ use std::io::{self, BufRead, BufReader, Seek, SeekFrom};
 
 use serde::Deserialize;
 
+use super::gaps::Gaps;
 use super::index::{IndexEntry, SparseIndex};
 use super::record;
 
@@ -41,9 +42,11 @@ pub enum Damage {
     TornTail {
         reason: String,
     },
-    /// Corruption before the last good record.
+    /// A complete record that fails its checksum, or an LSN out of sequence: the log holds
+    /// damaged data that was once durable. `offset` is where the good prefix ends.
     Corrupt {
         reason: String,
+        offset: u64,
     },
 }
 
@@ -117,6 +120,7 @@ pub fn scan(
     loaded: Option<&SparseIndex>,
     verify_all: bool,
     interval: u64,
+    gaps: &Gaps,
 ) -> io::Result<ScanResult> {
     let file_len = file.metadata()?.len();
     let mut index = starting_point(file, loaded, verify_all)?;
@@ -128,7 +132,7 @@ pub fn scan(
     let mut pos = start.offset;
     let mut good_len = start.offset;
     let mut last_good: Option<(u64, u64)> = None; // (lsn, offset) of the last good record
-    let mut first_bad: Option<String> = None;
+    let mut first_bad: Option<(String, bool)> = None; // (why, a complete line)
     let mut damage = Damage::None;
     let mut line = Vec::with_capacity(4096);
     let mut first_ts = 0;
@@ -152,7 +156,7 @@ pub fn scan(
             None
         };
         match (opened, &first_bad) {
-            (Some((lsn, body)), None) if lsn == expected => {
+            (Some((lsn, body)), None) if lsn == expected || gaps.allows(expected - 1, lsn) => {
                 if lsn == 1
                     && let Some((ts, stream)) = envelope(body)
                 {
@@ -164,7 +168,7 @@ pub fn scan(
                     index.push(IndexEntry { lsn, offset: pos });
                 }
                 last_good = Some((lsn, pos));
-                expected += 1;
+                expected = lsn + 1;
                 good_len = pos + n;
             }
             (Some((lsn, _)), None) => {
@@ -172,30 +176,47 @@ pub fn scan(
                     reason: format!(
                         "record at byte {pos} has lsn {lsn} where lsn {expected} belongs"
                     ),
+                    offset: good_len,
                 };
                 break;
             }
-            (Some((lsn, _)), Some(bad)) => {
+            (Some((lsn, _)), Some((bad, _))) => {
                 damage = Damage::Corrupt {
                     reason: format!("{bad}, yet a good record (lsn {lsn}) follows at byte {pos}"),
+                    offset: good_len,
                 };
                 break;
             }
             (None, None) => {
                 first_bad = Some(if complete {
-                    format!("record at byte {pos} (lsn {expected} expected) fails its checksum")
+                    (
+                        format!(
+                            "record at byte {pos} (lsn {expected} expected) fails its checksum"
+                        ),
+                        true,
+                    )
                 } else {
-                    format!("the last {n} bytes at byte {pos} are an incomplete record")
+                    (
+                        format!("the last {n} bytes at byte {pos} are an incomplete record"),
+                        false,
+                    )
                 });
             }
             (None, Some(_)) => {}
         }
         pos += n;
     }
-    if damage == Damage::None
-        && let Some(reason) = first_bad
-    {
-        damage = Damage::TornTail { reason };
+    // Only an incomplete last line is a torn write. A complete line that fails its checksum
+    // was written whole, acknowledged, and then damaged: that is corruption, even at the end.
+    match first_bad {
+        Some((reason, false)) if damage == Damage::None => damage = Damage::TornTail { reason },
+        Some((reason, true)) if damage == Damage::None => {
+            damage = Damage::Corrupt {
+                reason,
+                offset: good_len,
+            }
+        }
+        _ => {}
     }
 
     let last_lsn = last_good.map_or(start.lsn.saturating_sub(1), |(lsn, _)| lsn);
@@ -253,7 +274,7 @@ mod tests {
     #[test]
     fn a_clean_log_scans_clean_and_builds_its_index() {
         let (f, _) = log_with(100);
-        let r = scan(f.as_file(), None, true, 1024).unwrap();
+        let r = scan(f.as_file(), None, true, 1024, &Gaps::default()).unwrap();
         assert_eq!(r.damage, Damage::None);
         assert_eq!(
             (r.last_lsn, r.good_len, r.first_ts, r.last_ts),
@@ -262,7 +283,7 @@ mod tests {
         assert!(r.index.entries().len() > 5);
         assert!(r.index_rebuilt);
         // Scanning again from the index it built reproduces it exactly.
-        let again = scan(f.as_file(), Some(&r.index), false, 1024).unwrap();
+        let again = scan(f.as_file(), Some(&r.index), false, 1024, &Gaps::default()).unwrap();
         assert!(!again.index_rebuilt);
         assert_eq!(
             (again.last_lsn, again.first_ts, again.last_ts),
@@ -275,7 +296,7 @@ mod tests {
         let (mut f, offsets) = log_with(10);
         f.write_all(br#"{"lsn":11,"stream_id":"s","timest"#)
             .unwrap();
-        let r = scan(f.as_file(), None, true, 1024).unwrap();
+        let r = scan(f.as_file(), None, true, 1024, &Gaps::default()).unwrap();
         assert!(
             matches!(r.damage, Damage::TornTail { .. }),
             "{:?}",
@@ -289,7 +310,7 @@ mod tests {
     fn damage_before_the_last_good_record_is_corruption() {
         let (f, offsets) = log_with(10);
         f.as_file().write_at(b"X", offsets[3] + 20).unwrap();
-        let r = scan(f.as_file(), None, true, 1024).unwrap();
+        let r = scan(f.as_file(), None, true, 1024, &Gaps::default()).unwrap();
         assert!(matches!(r.damage, Damage::Corrupt { .. }), "{:?}", r.damage);
     }
 }

@@ -12,6 +12,7 @@ use tokio::sync::broadcast;
 
 use super::commit::WriterState;
 use super::files::FileCache;
+use super::gaps::Gaps;
 use super::index::SparseIndex;
 
 /// One committed event as subscribers receive it: the stored JSON without its crc field and
@@ -55,12 +56,25 @@ pub struct SessionState {
     pub len: u64,
     pub index: SparseIndex,
     pub meta: SessionMeta,
+    pub gaps: Gaps,
+}
+
+/// Why a session takes no appends: its log holds damaged records after `offset`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quarantine {
+    pub reason: String,
+    /// Where the readable prefix ends, in bytes.
+    pub offset: u64,
+    /// The last LSN of the readable prefix.
+    pub last_good_lsn: u64,
 }
 
 pub struct Session {
     pub id: String,
     pub(crate) path: PathBuf,
-    quarantine: Option<String>,
+    quarantine: Option<Quarantine>,
+    /// LSN jumps a repair left in the log (usually none).
+    pub(crate) gaps: Gaps,
     committed: AtomicU64,
     /// The live feed, present only while it has listeners.
     live: Mutex<Option<broadcast::Sender<EventJson>>>,
@@ -77,13 +91,13 @@ impl Session {
         id: String,
         path: PathBuf,
         state: SessionState,
-        quarantine: Option<String>,
+        quarantine: Option<Quarantine>,
         live_buffer: usize,
         files: Arc<FileCache>,
     ) -> Session {
         let writer = WriterState::new(
             state.len,
-            state.last_lsn + 1,
+            (state.last_lsn + 1).max(state.gaps.next_lsn),
             state.index.last().map(|e| e.offset),
             state.meta.stream_id.clone(),
         );
@@ -91,6 +105,7 @@ impl Session {
             id,
             path,
             quarantine,
+            gaps: state.gaps,
             committed: AtomicU64::new(state.last_lsn),
             live: Mutex::new(None),
             live_buffer,
@@ -111,7 +126,11 @@ impl Session {
     }
 
     pub fn quarantine_reason(&self) -> Option<&str> {
-        self.quarantine.as_deref()
+        self.quarantine.as_ref().map(|q| q.reason.as_str())
+    }
+
+    pub fn quarantine(&self) -> Option<&Quarantine> {
+        self.quarantine.as_ref()
     }
 
     /// Registers a live listener. Register before reading history so nothing falls between.

@@ -1,0 +1,49 @@
+//! LSN gaps a repair left in a log, so that everything else can keep insisting on `prev + 1`.
+//!
+//! A repair moves damaged records out of a log but never renumbers the good ones after them
+//! and never hands out an LSN again: readers may have seen any of them. The jumps it leaves
+//! are listed in `<session>.gaps` (small JSON, written atomically before the log is rewritten),
+//! with the first LSN the session may use next. Any jump not listed is still corruption.
+
+use std::fs;
+use std::io;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gaps {
+    /// `(before, after)`: the record with LSN `after` may follow the one with LSN `before`.
+    pub jumps: Vec<(u64, u64)>,
+    /// No append may take an LSN below this one.
+    pub next_lsn: u64,
+}
+
+impl Gaps {
+    pub fn allows(&self, before: u64, after: u64) -> bool {
+        after == before + 1 || self.jumps.contains(&(before, after))
+    }
+
+    /// Loads `path`; a missing file means no gaps.
+    pub fn load(path: &Path) -> io::Result<Gaps> {
+        match fs::read(path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(io::Error::other),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Gaps::default()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Writes `path` atomically and durably.
+    pub fn save(&self, path: &Path) -> io::Result<()> {
+        let tmp = path.with_extension("gaps.tmp");
+        let mut f = super::fsutil::private_file()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)?;
+        io::Write::write_all(&mut f, &serde_json::to_vec(self).map_err(io::Error::other)?)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)?;
+        super::fsutil::sync_dir(path.parent().unwrap_or(Path::new(".")))
+    }
+}

@@ -1,0 +1,138 @@
+//! Repairing a quarantined log: keep every valid record, move everything else aside, and make
+//! sure no LSN is ever handed out twice.
+//!
+//! Steps, each safe to be interrupted: (1) the damaged bytes are written to
+//! `<id>.<ms>.bad` next to the log and synced, so nothing is lost whatever happens next; (2) the
+//! LSN jumps the repair leaves, and the first LSN the session may use next, go to
+//! `<id>.gaps` (atomic); (3) the log is rewritten with the valid records and renamed into
+//! place; (4) it is recovered again like any log at start.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::gaps::Gaps;
+use super::session::Quarantine;
+use super::{Recovered, StoreError, StoreSettings, fsutil, record, recover_session, stamp};
+
+/// What a repair did.
+#[derive(Debug, Clone, Serialize)]
+pub struct RepairReport {
+    /// Valid records kept in the log.
+    pub kept_records: u64,
+    /// Bytes moved out of the log.
+    pub moved_bytes: u64,
+    /// Where they went.
+    pub moved_to: PathBuf,
+    /// LSN ranges (inclusive) no longer in the log.
+    pub lost_lsns: Vec<(u64, u64)>,
+    /// LSN of the `log.recovered` event the repair appended; appends continue after it.
+    pub resumed_at: u64,
+}
+
+pub(crate) fn repair_log(
+    sessions_dir: &Path,
+    id: &str,
+    quarantine: &Quarantine,
+    settings: &StoreSettings,
+) -> Result<(RepairReport, Recovered), StoreError> {
+    let ctx = |context: &'static str| move |e: io::Error| StoreError::io(context, &e);
+    let path = sessions_dir.join(format!("{id}.jsonl"));
+    let gaps_path = path.with_extension("gaps");
+    let data = fs::read(&path).map_err(ctx("reading the log to repair"))?;
+    let old = Gaps::load(&gaps_path).map_err(ctx("reading a gaps file"))?;
+
+    let mut kept = Vec::with_capacity(data.len());
+    let mut bad = Vec::new();
+    let mut kept_records = 0;
+    let mut last = 0u64;
+    let mut jumps = old.jumps.clone();
+    let mut lost = Vec::new();
+    let mut lines_after_prefix = 0u64;
+    let mut at = 0usize;
+    while at < data.len() {
+        let end = memchr::memchr(b'\n', &data[at..]).map_or(data.len(), |i| at + i + 1);
+        let line = &data[at..end];
+        if at as u64 >= quarantine.offset {
+            lines_after_prefix += 1;
+        }
+        let valid = line
+            .strip_suffix(b"\n")
+            .and_then(|l| record::open(l).ok())
+            .map(|(lsn, _)| lsn)
+            .filter(|&lsn| lsn > last);
+        match valid {
+            Some(lsn) => {
+                if !old.allows(last, lsn) {
+                    jumps.push((last, lsn));
+                    lost.push((last + 1, lsn - 1));
+                }
+                kept.extend_from_slice(line);
+                kept_records += 1;
+                last = lsn;
+            }
+            None => bad.extend_from_slice(line),
+        }
+        at = end;
+    }
+    // Every line past the good prefix may have carried one LSN, and LSNs were dense: nothing
+    // at or below this bound is handed out again.
+    let highest = last
+        .max(quarantine.last_good_lsn + lines_after_prefix)
+        .max(old.next_lsn.saturating_sub(1));
+    let next_lsn = highest + 1;
+    if next_lsn != last + 1 {
+        jumps.push((last, next_lsn));
+        lost.push((last + 1, next_lsn - 1));
+    }
+
+    let moved_to = sessions_dir.join(format!("{id}.{}.bad", stamp()));
+    let mut out = fsutil::private_file()
+        .write(true)
+        .create_new(true)
+        .open(&moved_to)
+        .map_err(ctx("saving the damaged bytes"))?;
+    out.write_all(&bad)
+        .and_then(|()| out.sync_all())
+        .map_err(ctx("saving the damaged bytes"))?;
+    Gaps { jumps, next_lsn }
+        .save(&gaps_path)
+        .map_err(ctx("writing the gaps file"))?;
+    let tmp = path.with_extension("jsonl.repair");
+    let mut f = fsutil::private_file()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)
+        .map_err(ctx("rewriting the log"))?;
+    f.write_all(&kept)
+        .and_then(|()| f.sync_all())
+        .and_then(|()| fs::rename(&tmp, &path))
+        .and_then(|()| fsutil::sync_dir(sessions_dir))
+        .map_err(ctx("rewriting the log"))?;
+    let _ = fs::remove_file(path.with_extension("idx"));
+    tracing::warn!(session = %id, moved_bytes = bad.len(), moved_to = %moved_to.display(), kept_records, "repaired a quarantined log");
+
+    let recovered = recover_session(
+        sessions_dir,
+        &sessions_dir.with_file_name("quarantine"),
+        id.to_string(),
+        settings,
+    )?;
+    if let Some(q) = &recovered.quarantine {
+        return Err(StoreError::Quarantined {
+            session: id.into(),
+            reason: format!("still damaged after repair: {}", q.reason),
+        });
+    }
+    let report = RepairReport {
+        kept_records,
+        moved_bytes: bad.len() as u64,
+        moved_to,
+        lost_lsns: lost,
+        resumed_at: 0,
+    };
+    Ok((report, recovered))
+}
