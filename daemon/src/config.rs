@@ -64,7 +64,7 @@ pub struct ReadConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SubscriptionConfig {
-    pub live_buffer: usize,
+    pub live_buffer_bytes: usize,
     pub outbound_frames: usize,
     pub heartbeat_ms: u64,
 }
@@ -150,8 +150,8 @@ impl Config {
         if self.read.default_limit == 0 || self.read.default_limit > self.read.max_limit {
             return bad("read.default_limit", "must be between 1 and read.max_limit");
         }
-        if self.subscriptions.live_buffer == 0 {
-            return bad("subscriptions.live_buffer", "must be at least 1");
+        if self.subscriptions.live_buffer_bytes < 65536 {
+            return bad("subscriptions.live_buffer_bytes", "must be at least 65536");
         }
         if self.subscriptions.outbound_frames == 0 {
             return bad("subscriptions.outbound_frames", "must be at least 1");

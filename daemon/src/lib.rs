@@ -12,7 +12,9 @@
 
 pub mod config;
 mod connection;
+mod follower;
 mod frame;
+pub mod hub;
 mod rpc;
 pub mod server;
 pub mod store;

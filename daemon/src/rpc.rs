@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 
 use crate::connection::{AckFrame, Connection};
+use crate::follower::Follower;
 use crate::server::Context;
 use crate::store::{Ack, EventJson, NewEventRaw, QueryFilter, Session, StoreError};
 use crate::subscription::Subscription;
@@ -330,13 +331,11 @@ fn subscribe(
     if session.quarantine_reason().is_some() {
         return Err(store_error(ctx.store.missing(&p.session_id)));
     }
-    // Listen before anything is read from disk: see `subscription`.
-    let live = session.listen();
+    // The follower registers on the live stream before it reads the log: see `follower`.
+    let from = p.from_lsn.unwrap_or(1);
     Ok(Subscription {
         id: conn.new_subscription_id(),
-        session,
-        live,
-        next: p.from_lsn.unwrap_or(1).max(1),
+        follower: Follower::new(ctx.store.clone(), &ctx.hub, &p.session_id, from),
         out: conn.out.clone(),
         heartbeat: Duration::from_millis(ctx.config.subscriptions.heartbeat_ms),
         stats: ctx.stats.clone(),

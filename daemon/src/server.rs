@@ -28,6 +28,7 @@ pub struct ServerStats {
 pub struct Context {
     pub config: Config,
     pub store: Store,
+    pub hub: Arc<crate::hub::Hub>,
     pub stats: Arc<ServerStats>,
     pub started: Instant,
 }
@@ -53,7 +54,6 @@ pub async fn run(config: Config) -> Result<(), StartError> {
         fsync_interval_ms: config.store.fsync_interval_ms,
         index_interval_bytes: config.store.index_interval_bytes,
         verify_on_start: config.store.verify_on_start,
-        live_buffer: config.subscriptions.live_buffer,
         max_open_files: config.store.max_open_files,
         // Room for at least two of the largest events, so one batch always fits.
         wal_bytes: config
@@ -62,7 +62,8 @@ pub async fn run(config: Config) -> Result<(), StartError> {
             .max(2 * config.daemon.max_frame_bytes as u64 + (1 << 20)),
     };
     // The data-dir lock comes first: holding it proves no other daemon owns this data.
-    let (store, notes) = Store::open(&data_dir, settings).await?;
+    let hub = crate::hub::Hub::new(config.subscriptions.live_buffer_bytes);
+    let (store, notes) = Store::open(&data_dir, settings, hub.clone()).await?;
     for note in &notes {
         match note {
             RecoveryNote::TornTail {
@@ -95,6 +96,7 @@ pub async fn run(config: Config) -> Result<(), StartError> {
     let ctx = Arc::new(Context {
         config,
         store: store.clone(),
+        hub,
         stats: Arc::default(),
         started,
     });

@@ -1,29 +1,22 @@
-//! One subscription: replay from disk, `caught_up`, then the live feed, gap-free.
-//!
-//! The live listener is registered before history is read, so an event committed in between
-//! arrives on the live feed and is dropped there as already sent (LSN at or below the last one
-//! delivered). A subscriber that falls behind the live buffer is told `lagged` and resumed from
-//! disk: the writer never waits for it, and it never misses an event.
+//! One subscription: a [`Follower`] (replay from disk, then the daemon-wide live stream,
+//! gap-free) turned into notifications: `event`, `caught_up`, `lagged`, `heartbeat`, and
+//! `error` if the log cannot be read. The commit thread never waits for a subscriber, and a
+//! subscriber that falls behind misses nothing: it is told `lagged` and resumes from disk.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::follower::{Follow, Follower};
 use crate::server::ServerStats;
-use crate::store::{EventJson, Session};
-
-/// How many events one disk read during replay returns.
-const REPLAY_PAGE: usize = 1024;
+use crate::store::EventJson;
 
 pub struct Subscription {
     pub id: String,
-    pub session: Arc<Session>,
-    pub live: broadcast::Receiver<EventJson>,
-    /// Next LSN to deliver.
-    pub next: u64,
+    pub follower: Follower,
     pub out: mpsc::Sender<Vec<u8>>,
     pub heartbeat: Duration,
     pub stats: Arc<ServerStats>,
@@ -60,63 +53,36 @@ impl Subscription {
     }
 
     async fn serve(&mut self) -> Result<(), Stop> {
-        self.catch_up().await?;
-        self.notify("caught_up", &format!("\"lsn\":{}", self.next - 1))
-            .await?;
+        let mut last_sent = 0;
+        let mut live = false;
         let mut idle_until = Instant::now() + self.heartbeat;
         loop {
-            let received = tokio::select! {
-                r = self.live.recv() => r,
-                _ = tokio::time::sleep_until(idle_until) => {
-                    self.notify("heartbeat", &format!("\"lsn\":{}", self.next - 1)).await?;
+            let item = tokio::select! {
+                item = self.follower.next() => item,
+                _ = tokio::time::sleep_until(idle_until), if live => {
+                    self.notify("heartbeat", &format!("\"lsn\":{last_sent}")).await?;
                     idle_until = Instant::now() + self.heartbeat;
                     continue;
                 }
             };
-            match received {
-                Ok(event) if event.lsn < self.next => continue,
-                Ok(event) => {
-                    if event.lsn > self.next {
-                        // Not expected (the listener predates replay), but never skip: fill from disk.
-                        self.catch_up().await?;
-                        if event.lsn < self.next {
-                            continue;
-                        }
-                    }
+            match item {
+                Ok(Follow::Event(event)) => {
                     self.send_event(&event).await?;
+                    last_sent = event.lsn;
                 }
-                Err(broadcast::error::RecvError::Lagged(_)) => {
+                Ok(Follow::CaughtUp(lsn)) => {
+                    live = true;
+                    last_sent = lsn;
+                    self.notify("caught_up", &format!("\"lsn\":{lsn}")).await?;
+                }
+                Ok(Follow::Lagged { last_sent_lsn }) => {
                     self.stats.lagged.fetch_add(1, Ordering::Relaxed);
-                    self.notify("lagged", &format!("\"last_sent_lsn\":{}", self.next - 1))
+                    self.notify("lagged", &format!("\"last_sent_lsn\":{last_sent_lsn}"))
                         .await?;
-                    self.catch_up().await?;
                 }
-                Err(broadcast::error::RecvError::Closed) => return Err(Stop),
+                Err(e) => return self.fail(&e.to_string()).await,
             }
             idle_until = Instant::now() + self.heartbeat;
-        }
-    }
-
-    /// Sends everything committed from `next` on, read from disk.
-    async fn catch_up(&mut self) -> Result<(), Stop> {
-        loop {
-            let committed = self.session.committed_lsn();
-            if self.next > committed {
-                return Ok(());
-            }
-            let (session, from) = (self.session.clone(), self.next);
-            let page = tokio::task::spawn_blocking(move || {
-                crate::store::read_range(&session, from, committed, REPLAY_PAGE)
-            })
-            .await;
-            let page = match page {
-                Ok(Ok(page)) => page,
-                Ok(Err(e)) => return self.fail(&e.to_string()).await,
-                Err(e) => return self.fail(&e.to_string()).await,
-            };
-            for event in &page {
-                self.send_event(event).await?;
-            }
         }
     }
 
@@ -136,9 +102,7 @@ impl Subscription {
         frame.extend_from_slice(b"\",\"event\":");
         event.write_to(&mut frame);
         frame.extend_from_slice(b"}}\n");
-        self.out.send(frame).await.map_err(|_| Stop)?;
-        self.next = event.lsn + 1;
-        Ok(())
+        self.out.send(frame).await.map_err(|_| Stop)
     }
 
     async fn notify(&self, method: &str, fields: &str) -> Result<(), Stop> {

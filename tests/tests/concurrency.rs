@@ -267,7 +267,9 @@ fn eight_writers_one_session_with_subscribers_joining_mid_stream() {
 fn a_subscriber_that_never_reads_does_not_stall_writers() {
     const N: u64 = 20_000;
     const S: &str = "slow";
-    let d = Daemon::start_with("[store]\nfsync = \"never\"\n[subscriptions]\nlive_buffer = 64\n");
+    let d = Daemon::start_with(
+        "[store]\nfsync = \"never\"\n[subscriptions]\nlive_buffer_bytes = 65536\n",
+    );
     let socket = d.socket();
 
     // The stuck subscriber: subscribes, then does not read the socket at all.
@@ -328,7 +330,7 @@ fn a_subscriber_that_never_reads_does_not_stall_writers() {
     assert_eq!(seen.lsns.len() as u64, N);
     assert!(
         !seen.lagged.is_empty(),
-        "a subscriber 20,000 events behind with live_buffer = 64 must be told it lagged (caught_up: {:?})",
+        "a subscriber 20,000 events behind with a 64 KiB live buffer must be told it lagged (caught_up: {:?})",
         seen.caught_up
     );
     let st = other.ok("stats", json!({}));

@@ -117,8 +117,8 @@ fn unknown_config_key_names_the_key_and_file() {
 #[test]
 fn wrongly_typed_config_value_names_the_key_and_file() {
     config_error(
-        "[subscriptions]\nlive_buffer = \"lots\"\n",
-        &["subscriptions.live_buffer"],
+        "[subscriptions]\nlive_buffer_bytes = \"lots\"\n",
+        &["subscriptions.live_buffer_bytes"],
     );
 }
 

@@ -31,6 +31,7 @@ use super::session::{EventJson, Session};
 use super::wal::Wal;
 use super::{AppendAck, NewEventRaw, StoreError, StoreSettings, StoreStats};
 use crate::config::FsyncPolicy;
+use crate::hub::{Committed, Hub};
 
 /// Most events committed in one batch.
 const MAX_BATCH_EVENTS: usize = 4096;
@@ -120,6 +121,7 @@ pub(crate) struct Committer {
     pub settings: StoreSettings,
     pub stats: Arc<StoreStats>,
     pub sessions_dir: PathBuf,
+    pub hub: Arc<Hub>,
     /// Logs written since the last checkpoint (they need a sync before the WAL starts over).
     dirty: HashMap<String, Arc<Session>>,
     /// Written to the WAL but not synced (interval / never policies).
@@ -154,12 +156,14 @@ impl Committer {
         settings: StoreSettings,
         stats: Arc<StoreStats>,
         sessions_dir: PathBuf,
+        hub: Arc<Hub>,
     ) -> Self {
         Committer {
             wal,
             settings,
             stats,
             sessions_dir,
+            hub,
             dirty: HashMap::new(),
             unsynced: false,
             last_sync: Instant::now(),
@@ -488,9 +492,18 @@ impl Committer {
             meta.bytes = state.len;
         }
         session.set_committed(last_lsn);
-        session.publish(w.lines.iter().map(|&(lsn, _, start, body_len)| {
-            EventJson::new(lsn, w.buf.slice(start..start + body_len))
-        }));
+        if self.hub.has_readers() {
+            // Copied out of the batch buffer so the hub's byte cap counts what it really holds.
+            let name: Arc<str> = session.id.as_str().into();
+            self.hub
+                .publish(w.lines.iter().map(|&(lsn, _, start, body_len)| Committed {
+                    session: name.clone(),
+                    event: EventJson::new(
+                        lsn,
+                        Bytes::copy_from_slice(&w.buf[start..start + body_len]),
+                    ),
+                }));
+        }
         for ((lsn, id, _, _), ack) in w.lines.into_iter().zip(w.acks) {
             ack.send(Ok(AppendAck { lsn, id }));
         }

@@ -51,7 +51,6 @@ pub struct StoreSettings {
     pub fsync_interval_ms: u64,
     pub index_interval_bytes: u64,
     pub verify_on_start: bool,
-    pub live_buffer: usize,
     /// Most session logs held open at once.
     pub max_open_files: usize,
     /// Size of the shared write-ahead log; a checkpoint runs each time it fills.
@@ -193,6 +192,7 @@ impl Store {
     pub async fn open(
         data_dir: &Path,
         settings: StoreSettings,
+        hub: Arc<crate::hub::Hub>,
     ) -> Result<(Store, Vec<RecoveryNote>), StoreError> {
         let dir = data_dir.to_path_buf();
         let s = settings.clone();
@@ -202,7 +202,13 @@ impl Store {
         let stats = Arc::new(StoreStats::default());
         let sessions_dir = data_dir.join("sessions");
         let (tx, rx) = mpsc::channel();
-        let committer = Committer::new(wal, settings.clone(), stats.clone(), sessions_dir.clone());
+        let committer = Committer::new(
+            wal,
+            settings.clone(),
+            stats.clone(),
+            sessions_dir.clone(),
+            hub,
+        );
         std::thread::Builder::new()
             .name("dstream-commit".into())
             .spawn(move || committer.run(rx))
@@ -337,7 +343,6 @@ impl Store {
             path,
             state,
             quarantine,
-            self.inner.settings.live_buffer,
             self.inner.files.clone(),
         ))
     }

@@ -11,6 +11,10 @@ use super::StoreError;
 use super::record;
 use super::session::{EventJson, Session};
 
+/// A `read` reply stops growing past this many bytes of events (the client pages on with
+/// `next_lsn`), so one reply never needs more memory than this plus one event.
+const READ_REPLY_BYTES: usize = 32 << 20;
+
 /// One page of a `read`.
 pub struct ReadPage {
     pub events: Vec<EventJson>,
@@ -20,13 +24,15 @@ pub struct ReadPage {
     pub quarantined: Option<super::Quarantine>,
 }
 
-/// Reads up to `limit` events with `from_lsn <= lsn <= upto`, in order. `upto` must be
-/// committed (its record is complete), so the reader never looks at a line being written.
+/// Reads up to `limit` events with `from_lsn <= lsn <= upto`, in order, stopping early once
+/// they add up to `max_bytes` (always at least one). `upto` must be committed (its record is
+/// complete), so the reader never looks at a line being written.
 pub fn read_range(
     session: &Session,
     from_lsn: u64,
     upto: u64,
     limit: usize,
+    max_bytes: usize,
 ) -> Result<Vec<EventJson>, StoreError> {
     let from_lsn = from_lsn.max(1);
     if from_lsn > upto || limit == 0 {
@@ -43,6 +49,7 @@ pub fn read_range(
     };
 
     let mut out = Vec::with_capacity(limit.min(1024));
+    let mut bytes = 0;
     let mut expected = start.lsn;
     let mut offset = start.offset;
     let mut carry: Vec<u8> = Vec::new();
@@ -75,8 +82,9 @@ pub fn read_range(
                 ));
             }
             if lsn >= from_lsn {
+                bytes += body.len();
                 out.push(EventJson::new(lsn, chunk.slice_ref(body)));
-                if lsn >= upto || out.len() >= limit {
+                if lsn >= upto || out.len() >= limit || bytes >= max_bytes {
                     return Ok(out);
                 }
             }
@@ -96,7 +104,7 @@ pub(crate) fn read_page(
 ) -> Result<ReadPage, StoreError> {
     let committed = session.committed_lsn();
     let from_lsn = from_lsn.max(1);
-    let events = read_range(session, from_lsn, committed, limit)?;
+    let events = read_range(session, from_lsn, committed, limit, READ_REPLY_BYTES)?;
     let next_lsn = events.last().map_or(from_lsn, |e| e.lsn + 1);
     Ok(ReadPage {
         events,
@@ -165,7 +173,7 @@ pub(crate) fn query(
         let committed = session.committed_lsn();
         let mut from = 1;
         while from <= committed {
-            let page = read_range(session, from, committed, PAGE)?;
+            let page = read_range(session, from, committed, PAGE, 8 << 20)?;
             let Some(last) = page.last() else { break };
             from = last.lsn + 1;
             for event in page {

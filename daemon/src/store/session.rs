@@ -1,5 +1,5 @@
-//! The shared state of one session: what is committed, its index, its metadata, and its live
-//! feed while someone listens. It holds no thread and no open file: those belong to the commit
+//! The shared state of one session: what is committed, its index, its metadata. Its live
+//! events go out on the daemon-wide [`crate::hub`]. It holds no thread and no open file: those belong to the commit
 //! thread and the [`FileCache`], so an idle session costs a few hundred bytes.
 
 use std::fs::File;
@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
-use tokio::sync::broadcast;
 
 use super::commit::WriterState;
 use super::files::FileCache;
@@ -76,9 +75,6 @@ pub struct Session {
     /// LSN jumps a repair left in the log (usually none).
     pub(crate) gaps: Gaps,
     committed: AtomicU64,
-    /// The live feed, present only while it has listeners.
-    live: Mutex<Option<broadcast::Sender<EventJson>>>,
-    live_buffer: usize,
     pub(crate) index: RwLock<SparseIndex>,
     pub(crate) meta: Mutex<SessionMeta>,
     /// Locked by the commit thread only.
@@ -92,7 +88,6 @@ impl Session {
         path: PathBuf,
         state: SessionState,
         quarantine: Option<Quarantine>,
-        live_buffer: usize,
         files: Arc<FileCache>,
     ) -> Session {
         let writer = WriterState::new(
@@ -107,8 +102,6 @@ impl Session {
             quarantine,
             gaps: state.gaps,
             committed: AtomicU64::new(state.last_lsn),
-            live: Mutex::new(None),
-            live_buffer,
             index: RwLock::new(state.index),
             meta: Mutex::new(state.meta),
             writer: Mutex::new(writer),
@@ -131,26 +124,6 @@ impl Session {
 
     pub fn quarantine(&self) -> Option<&Quarantine> {
         self.quarantine.as_ref()
-    }
-
-    /// Registers a live listener. Register before reading history so nothing falls between.
-    pub fn listen(&self) -> broadcast::Receiver<EventJson> {
-        let mut live = self.live.lock().unwrap();
-        live.get_or_insert_with(|| broadcast::channel(self.live_buffer).0)
-            .subscribe()
-    }
-
-    /// Hands committed events to the live listeners, if any; drops the feed when none is left.
-    pub(crate) fn publish(&self, events: impl Iterator<Item = EventJson>) {
-        let mut live = self.live.lock().unwrap();
-        let Some(tx) = live.as_ref() else { return };
-        if tx.receiver_count() == 0 {
-            *live = None;
-            return;
-        }
-        for event in events {
-            let _ = tx.send(event);
-        }
     }
 
     pub fn meta(&self) -> SessionMeta {

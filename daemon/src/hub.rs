@@ -1,0 +1,153 @@
+//! The daemon-wide stream of committed events: every event, from every session, once it is
+//! durable, in commit order. Subscriptions read it now; the pipeline's observers (checkpoints,
+//! the relay, plugins' `on_event`) will read it next.
+//!
+//! It is a ring bounded in *bytes*, not events: a reader that falls further behind than the
+//! ring holds is told it lagged (and goes back to the logs, see [`crate::follower`]); the commit
+//! thread never waits for a reader, and a stalled reader never holds more than the ring.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+
+use crate::store::EventJson;
+
+/// One committed event and the session it belongs to.
+#[derive(Debug)]
+pub struct Committed {
+    pub session: Arc<str>,
+    pub event: EventJson,
+}
+
+pub struct Hub {
+    ring: Mutex<Ring>,
+    /// Carries the sequence number after the newest event, to wake readers.
+    published: watch::Sender<u64>,
+    cap_bytes: usize,
+}
+
+#[derive(Default)]
+struct Ring {
+    events: VecDeque<Arc<Committed>>,
+    /// Sequence number of `events[0]`.
+    first_seq: u64,
+    bytes: usize,
+}
+
+/// The reader fell behind by more than the ring holds; events were skipped on the stream.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Lagged;
+
+impl Hub {
+    pub fn new(cap_bytes: usize) -> Arc<Hub> {
+        Arc::new(Hub {
+            ring: Mutex::new(Ring::default()),
+            published: watch::channel(0).0,
+            cap_bytes: cap_bytes.max(1),
+        })
+    }
+
+    /// Whether anyone reads the stream (publishing is skipped entirely when not).
+    pub fn has_readers(&self) -> bool {
+        self.published.receiver_count() > 0
+    }
+
+    /// Appends a batch, dropping the oldest events beyond the byte cap, and wakes readers.
+    pub fn publish(&self, batch: impl IntoIterator<Item = Committed>) {
+        let next = {
+            let mut ring = self.ring.lock().unwrap();
+            for c in batch {
+                ring.bytes += c.event.len() + c.session.len();
+                ring.events.push_back(Arc::new(c));
+            }
+            // Keep the newest event even if it alone is over the cap.
+            while ring.bytes > self.cap_bytes && ring.events.len() > 1 {
+                let old = ring.events.pop_front().expect("not empty");
+                ring.bytes -= old.event.len() + old.session.len();
+                ring.first_seq += 1;
+            }
+            ring.first_seq + ring.events.len() as u64
+        };
+        self.published.send_replace(next);
+    }
+
+    /// A reader that starts at the next event published.
+    pub fn subscribe(self: &Arc<Self>) -> HubReader {
+        let rx = self.published.subscribe();
+        let next = *rx.borrow();
+        HubReader {
+            hub: self.clone(),
+            rx,
+            next,
+        }
+    }
+}
+
+pub struct HubReader {
+    hub: Arc<Hub>,
+    rx: watch::Receiver<u64>,
+    next: u64,
+}
+
+impl HubReader {
+    /// The next event, waiting for one; `Err(Lagged)` once when events were missed (the reader
+    /// then continues from the oldest event still held).
+    pub async fn recv(&mut self) -> Result<Arc<Committed>, Lagged> {
+        loop {
+            {
+                let ring = self.hub.ring.lock().unwrap();
+                if self.next < ring.first_seq {
+                    self.next = ring.first_seq;
+                    return Err(Lagged);
+                }
+                if let Some(c) = ring.events.get((self.next - ring.first_seq) as usize) {
+                    self.next += 1;
+                    return Ok(c.clone());
+                }
+            }
+            // The sender lives as long as the hub, which this reader holds.
+            let _ = self.rx.changed().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn event(session: &str, lsn: u64, size: usize) -> Committed {
+        let body = format!("{{\"lsn\":{lsn},\"x\":\"{}\"", "a".repeat(size));
+        Committed {
+            session: session.into(),
+            event: EventJson::new(lsn, Bytes::from(body)),
+        }
+    }
+
+    #[tokio::test]
+    async fn readers_get_every_event_in_order_or_hear_they_lagged() {
+        let hub = Hub::new(10_000);
+        let mut fast = hub.subscribe();
+        let mut slow = hub.subscribe();
+        for lsn in 1..=5 {
+            hub.publish([event("s", lsn, 100)]);
+            assert_eq!(fast.recv().await.unwrap().event.lsn, lsn);
+        }
+        // 100 events of ~1 KB exceed the 10 KB ring: the slow reader is told, then resumes
+        // with the oldest event still held, and the ring never holds more than its cap.
+        for lsn in 6..=105 {
+            hub.publish([event("s", lsn, 1000)]);
+        }
+        assert!(hub.ring.lock().unwrap().bytes <= 10_000);
+        assert_eq!(slow.recv().await.unwrap_err(), Lagged);
+        let resumed = slow.recv().await.unwrap().event.lsn;
+        assert!(resumed > 6 && resumed <= 105, "{resumed}");
+        for lsn in 6..=105 {
+            match fast.recv().await {
+                Ok(c) => assert_eq!(c.event.lsn, lsn),
+                Err(Lagged) => break,
+            }
+        }
+    }
+}
