@@ -14,8 +14,9 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::gaps::Gaps;
+use super::open::{Recovered, recover_session, stamp};
 use super::session::Quarantine;
-use super::{Recovered, StoreError, StoreSettings, fsutil, record, recover_session, stamp};
+use super::{StoreError, StoreSettings, fsutil, record};
 
 /// What a repair did.
 #[derive(Debug, Clone, Serialize)]
