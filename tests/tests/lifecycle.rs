@@ -126,3 +126,103 @@ fn wrongly_typed_config_value_names_the_key_and_file() {
 fn invalid_toml_names_the_file() {
     config_error("[store\nfsync = \n", &[]);
 }
+
+/// Whatever sits at the socket path and is not a socket (a user's file, a directory, a
+/// symlink) is someone else's: the daemon refuses to start, names it, and leaves it alone.
+#[test]
+fn a_socket_path_that_is_not_a_socket_is_refused_and_left_intact() {
+    use std::os::unix::fs::symlink;
+    for kind in ["regular file", "directory", "symlink to a file"] {
+        let d = Daemon::new(None);
+        let sock = d.socket();
+        fs::create_dir_all(sock.parent().unwrap()).unwrap();
+        let target = d.dir().join("precious.txt");
+        let content = format!("precious data, not a socket ({kind})\n");
+        match kind {
+            "regular file" => fs::write(&sock, &content).unwrap(),
+            "directory" => {
+                fs::create_dir(&sock).unwrap();
+                fs::write(sock.join("inside.txt"), &content).unwrap();
+            }
+            _ => {
+                fs::write(&target, &content).unwrap();
+                symlink(&target, &sock).unwrap();
+            }
+        }
+
+        let status = run_expect_exit(d.command(), EXIT_TIMEOUT);
+        assert!(
+            !status.success(),
+            "{kind} at the socket path: must not start ({status})"
+        );
+        let err = d.stderr();
+        assert!(
+            err.contains(&*sock.to_string_lossy()) && err.contains("is not a socket"),
+            "{kind}: stderr must name {} and say it is not a socket:\n{err}",
+            sock.display()
+        );
+        let meta = fs::symlink_metadata(&sock)
+            .unwrap_or_else(|e| panic!("{kind} at the socket path was removed: {e}"));
+        match kind {
+            "regular file" => {
+                assert!(meta.is_file(), "{kind}: still a regular file");
+                assert_eq!(
+                    fs::read_to_string(&sock).unwrap(),
+                    content,
+                    "{kind}: content"
+                );
+            }
+            "directory" => {
+                assert!(meta.is_dir(), "{kind}: still a directory");
+                assert_eq!(
+                    fs::read_to_string(sock.join("inside.txt")).unwrap(),
+                    content,
+                    "{kind}: content"
+                );
+            }
+            _ => {
+                assert!(meta.file_type().is_symlink(), "{kind}: still a symlink");
+                assert_eq!(fs::read_link(&sock).unwrap(), target, "{kind}: link target");
+                assert_eq!(
+                    fs::read_to_string(&target).unwrap(),
+                    content,
+                    "{kind}: content"
+                );
+            }
+        }
+    }
+}
+
+/// A second daemon (its own data dir) on the socket of a live one says so, and the live one's
+/// socket keeps working.
+#[test]
+fn a_second_daemon_on_a_live_socket_is_refused() {
+    let d = Daemon::start();
+    let mut c = d.client();
+    c.append("mine", "t", json!({}));
+
+    let second_log = d.dir().join("second.stderr");
+    let mut cmd = d.command_for(&d.socket(), &d.dir().join("data2"), None);
+    cmd.stderr(fs::File::create(&second_log).unwrap());
+    let status = run_expect_exit(cmd, EXIT_TIMEOUT);
+    assert!(
+        !status.success(),
+        "a second daemon on a live socket must fail ({status})"
+    );
+    let err = fs::read_to_string(&second_log).unwrap();
+    assert!(
+        err.contains("another dstream daemon is already listening on")
+            && err.contains(&*d.socket().to_string_lossy()),
+        "stderr must say another daemon listens on {}:\n{err}",
+        d.socket().display()
+    );
+    assert_eq!(
+        c.append("mine", "t", json!({})).0,
+        2,
+        "the first daemon keeps working"
+    );
+    assert!(
+        d.client().call("hello", json!({})).is_ok(),
+        "and accepts new connections"
+    );
+}
