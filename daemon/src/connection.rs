@@ -162,7 +162,14 @@ pub async fn serve(stream: Stream, ctx: Arc<Context>, mut shutdown: watch::Recei
                         "frame of {bytes} bytes exceeds the limit of {max} bytes; it was discarded"
                     ),
                 );
-                if conn.out.send(rpc::error_frame(None, &err)).await.is_err() {
+                // `buf` holds the frame's first bytes: enough to find its id in.
+                let id = rpc::salvage_id(&buf);
+                if conn
+                    .out
+                    .send(rpc::error_frame(id.as_deref(), &err))
+                    .await
+                    .is_err()
+                {
                     break;
                 }
             }
