@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use dstream_sdk::RpcError;
+use dstream_sdk::event::MAX_NESTING_DEPTH;
 use dstream_sdk::protocol::{self, HelloResult, PROTOCOL_VERSION, SessionInfo, StatsResult, codes};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -50,6 +51,11 @@ struct Envelope<'a> {
 
 type ParseFailure = (Option<Box<RawValue>>, RpcError);
 
+/// Deepest nesting a request frame may have: an event's fields (at most [`MAX_NESTING_DEPTH`])
+/// sit a few levels down in it. Checked before serde_json (limit 128) parses the frame, so a
+/// deeper frame gets a clear error rather than "recursion limit exceeded".
+pub const MAX_FRAME_DEPTH: usize = MAX_NESTING_DEPTH + 8;
+
 /// Checks a frame is a JSON-RPC 2.0 request. On failure, the id (when one could be read) and
 /// the error to answer with.
 pub fn parse_request(line: &[u8]) -> Result<Request<'_>, ParseFailure> {
@@ -65,6 +71,25 @@ pub fn parse_request(line: &[u8]) -> Result<Request<'_>, ParseFailure> {
             ),
         )
     })?;
+    let depth = nesting_depth(line);
+    if depth > MAX_FRAME_DEPTH {
+        // Only `params` (or a stray member) can nest in a request object.
+        let code = match line.iter().find(|b| !b.is_ascii_whitespace()) {
+            Some(b'{') => codes::INVALID_PARAMS,
+            _ => codes::INVALID_REQUEST,
+        };
+        return Err((
+            salvage_id(line),
+            RpcError::new(
+                code,
+                format!(
+                    "request nests {depth} levels of arrays and objects; the limit is \
+                     {MAX_FRAME_DEPTH} for a request, and {MAX_NESTING_DEPTH} for an event's \
+                     payload, metadata and raw"
+                ),
+            ),
+        ));
+    }
     let value: &RawValue = serde_json::from_str(text).map_err(|e| {
         (
             salvage_id(line),
@@ -112,6 +137,32 @@ pub fn parse_request(line: &[u8]) -> Result<Request<'_>, ParseFailure> {
         method,
         params: env.params.filter(|p| p.get() != "null"),
     })
+}
+
+/// How deeply arrays and objects nest in JSON text: 0 for a scalar, 1 for `{}` or `[1]`.
+/// One linear pass without recursion, whatever the input; brackets inside strings (escapes
+/// included) do not count. On invalid JSON the result is meaningless but still bounded.
+pub fn nesting_depth(json: &[u8]) -> usize {
+    let (mut depth, mut max, mut i) = (0usize, 0usize, 0usize);
+    while i < json.len() {
+        match json[i] {
+            b'"' => match string_end(json, i) {
+                Some(end) => {
+                    i = end;
+                    continue;
+                }
+                None => break,
+            },
+            b'{' | b'[' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        i += 1;
+    }
+    max
 }
 
 /// Given `json[start] == b'"'`, the index just past the closing quote, if the string ends.
@@ -317,6 +368,25 @@ async fn append(
     p.event
         .validate()
         .map_err(|m| RpcError::new(codes::INVALID_PARAMS, m))?;
+    // Every reader must be able to parse what is stored, inside its own frame.
+    for (name, value) in [
+        ("event.payload", &p.event.payload),
+        ("event.metadata", &p.event.metadata),
+        ("event.raw", &p.event.raw),
+    ] {
+        let depth = value
+            .as_ref()
+            .map_or(0, |v| nesting_depth(v.get().as_bytes()));
+        if depth > MAX_NESTING_DEPTH {
+            return Err(RpcError::new(
+                codes::INVALID_PARAMS,
+                format!(
+                    "{name} nests {depth} levels of arrays and objects; the limit is \
+                     {MAX_NESTING_DEPTH}"
+                ),
+            ));
+        }
+    }
     // Waits only when this connection already has its fill of appends in flight.
     let permit = conn
         .in_flight
@@ -553,6 +623,19 @@ mod tests {
     }
 
     #[test]
+    fn depth_counts_brackets_outside_strings_only() {
+        assert_eq!(nesting_depth(b"1"), 0);
+        assert_eq!(nesting_depth(b"\"[[{\""), 0);
+        assert_eq!(nesting_depth(b"{}"), 1);
+        assert_eq!(nesting_depth(br#"{"a":[1,{"b":"]]\"[["}],"c":[[[]]]}"#), 4);
+        assert_eq!(nesting_depth(br#"["\\",["\\\"[",[]]]"#), 3);
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert_eq!(nesting_depth(deep.as_bytes()), 100_000);
+        // Unterminated input is counted as far as it goes.
+        assert_eq!(nesting_depth(b"[[\"[[[["), 2);
+    }
+
+    #[test]
     fn the_top_level_id_is_found_in_broken_or_cut_frames() {
         assert_eq!(
             id(r#"{"jsonrpc":"2.0","id":77,"method":"append","params":{"x":"#).as_deref(),
@@ -583,5 +666,15 @@ mod tests {
         let (id, e) = parse_request(br#"{"jsonrpc":"2.0","id":9,"method":"hello","#).unwrap_err();
         assert_eq!(id.unwrap().get(), "9");
         assert_eq!(e.code, codes::PARSE_ERROR);
+
+        let frame = format!(
+            r#"{{"jsonrpc":"2.0","id":"deep","method":"append","params":{}1{}}}"#,
+            "[".repeat(300),
+            "]".repeat(300)
+        );
+        let (id, e) = parse_request(frame.as_bytes()).unwrap_err();
+        assert_eq!(id.unwrap().get(), "\"deep\"");
+        assert_eq!(e.code, codes::INVALID_PARAMS);
+        assert!(e.message.contains("nests 301 levels"), "{}", e.message);
     }
 }
