@@ -27,6 +27,10 @@ use crate::server::Context;
 /// Appends one connection may have waiting for their acknowledgement.
 const MAX_APPENDS_IN_FLIGHT: usize = 1024;
 
+/// A connection's frame buffer grows to its largest frame; past this it is given back after
+/// the frame is handled, so idle connections do not each keep their biggest frame's memory.
+const KEPT_BUFFER_BYTES: usize = 64 * 1024;
+
 /// JSON-RPC error sent (with id null) to a peer running as another user, before closing.
 /// Not yet in `dstream_sdk::protocol::codes`.
 pub const PEER_REFUSED: i64 = -32009;
@@ -179,6 +183,10 @@ pub async fn serve(stream: Stream, ctx: Arc<Context>, mut shutdown: watch::Recei
                     break;
                 }
             }
+        }
+        if buf.capacity() > KEPT_BUFFER_BYTES {
+            buf.clear();
+            buf.shrink_to(KEPT_BUFFER_BYTES);
         }
     }
     drop(conn); // ends subscriptions and, once pending replies are out, the writer

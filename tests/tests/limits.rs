@@ -361,3 +361,59 @@ fn deeper_events_are_refused_clearly_and_the_connection_keeps_working() {
     let (lsn, _) = c.append("deep", "t", json!([[[]]]));
     assert_eq!(lsn, 1);
 }
+
+/// 20 connections each send one ~8 MiB frame and stay open: the daemon must not keep each
+/// one's frame buffer (that was 20 x 8+ MiB resident).
+#[test]
+fn idle_connections_do_not_keep_their_biggest_frame() {
+    const CONNECTIONS: usize = 20;
+    const FRAME: usize = 8 << 20;
+    let d = Daemon::start_with("[store]\nfsync = \"never\"\n");
+    let mut stats = d.client();
+    let before = stats.ok("stats", json!({}))["rss_bytes"].as_u64();
+    let Some(before) = before else {
+        eprintln!("skipped: the OS does not report rss_bytes");
+        return;
+    };
+    let filler = "x".repeat(FRAME);
+    let mut idle = Vec::new();
+    let mut halfway = 0;
+    for i in 0..CONNECTIONS {
+        let mut c = d.client();
+        let (lsn, _) = c.append("big", "t", json!({ "i": i, "x": filler }));
+        assert_eq!(lsn, i as u64 + 1);
+        idle.push(c);
+        if i + 1 == CONNECTIONS / 2 {
+            halfway = stats.ok("stats", json!({}))["rss_bytes"].as_u64().unwrap();
+        }
+    }
+    let after = stats.ok("stats", json!({}))["rss_bytes"].as_u64().unwrap();
+    eprintln!(
+        "rss: {} MiB at the start, {} MiB after {} big frames, {} MiB after {CONNECTIONS}",
+        before >> 20,
+        halfway >> 20,
+        CONNECTIONS / 2,
+        after >> 20
+    );
+    // Freed buffers stay with the allocator, so the first few frames raise the RSS; after
+    // that, buffers are reused. Kept buffers would add 8 MiB a connection.
+    assert!(
+        after.saturating_sub(halfway) < 3 * FRAME as u64,
+        "rss grew from {} to {} MiB over the last {} connections: frame buffers are kept",
+        halfway >> 20,
+        after >> 20,
+        CONNECTIONS / 2
+    );
+    assert!(
+        after < 100 << 20,
+        "rss {} MiB after {CONNECTIONS} connections sent one {} MiB frame each (started at {} \
+         MiB): frame buffers are kept",
+        after >> 20,
+        FRAME >> 20,
+        before >> 20
+    );
+    // The connections are still usable.
+    for c in &mut idle {
+        assert!(c.call("hello", json!({})).is_ok());
+    }
+}
