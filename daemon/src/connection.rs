@@ -27,6 +27,14 @@ use crate::server::Context;
 /// Appends one connection may have waiting for their acknowledgement.
 const MAX_APPENDS_IN_FLIGHT: usize = 1024;
 
+/// A connection's frame buffer grows to its largest frame; past this it is given back after
+/// the frame is handled, so idle connections do not each keep their biggest frame's memory.
+const KEPT_BUFFER_BYTES: usize = 64 * 1024;
+
+/// JSON-RPC error sent (with id null) to a peer running as another user, before closing.
+/// Not yet in `dstream_sdk::protocol::codes`.
+pub const PEER_REFUSED: i64 = -32009;
+
 /// An append acknowledgement on its way to the socket, holding its in-flight permit.
 pub struct AckFrame {
     pub frame: Vec<u8>,
@@ -84,8 +92,47 @@ fn peer_of(stream: &Stream) -> PeerInfo {
     }
 }
 
+/// Why `peer` may not use this daemon: only the daemon's own user may, even if the socket's
+/// mode was loosened (root is no exception). `None` when it may.
+#[cfg(unix)]
+fn refusal(peer: &PeerInfo) -> Option<String> {
+    // SAFETY: geteuid(2) cannot fail and touches no memory.
+    let own = unsafe { libc::geteuid() };
+    match peer.uid {
+        Some(uid) if uid == own => None,
+        Some(uid) => Some(format!(
+            "peer refused: uid {uid} may not use this daemon; only uid {own} may"
+        )),
+        None => Some(format!(
+            "peer refused: the peer's uid could not be verified; only uid {own} may use this daemon"
+        )),
+    }
+}
+
+#[cfg(not(unix))]
+fn refusal(_peer: &PeerInfo) -> Option<String> {
+    // A named pipe's default security descriptor already limits it to its creator.
+    None
+}
+
+/// Tells a refused peer why, then lets the connection drop.
+async fn refuse(stream: &Stream, message: String) {
+    let frame = rpc::error_frame(None, &RpcError::new(PEER_REFUSED, message));
+    let mut w = stream;
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
+        w.write_all(&frame).await?;
+        w.flush().await
+    })
+    .await;
+}
+
 pub async fn serve(stream: Stream, ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
     let peer = peer_of(&stream);
+    if let Some(message) = refusal(&peer) {
+        tracing::warn!(?peer, "refused a connection from another user");
+        refuse(&stream, message).await;
+        return;
+    }
     tracing::debug!(?peer, "connection opened");
     ctx.stats.connections.fetch_add(1, Ordering::Relaxed);
     let stream = Arc::new(stream);
@@ -119,7 +166,14 @@ pub async fn serve(stream: Stream, ctx: Arc<Context>, mut shutdown: watch::Recei
                         "frame of {bytes} bytes exceeds the limit of {max} bytes; it was discarded"
                     ),
                 );
-                if conn.out.send(rpc::error_frame(None, &err)).await.is_err() {
+                // `buf` holds the frame's first bytes: enough to find its id in.
+                let id = rpc::salvage_id(&buf);
+                if conn
+                    .out
+                    .send(rpc::error_frame(id.as_deref(), &err))
+                    .await
+                    .is_err()
+                {
                     break;
                 }
             }
@@ -129,6 +183,10 @@ pub async fn serve(stream: Stream, ctx: Arc<Context>, mut shutdown: watch::Recei
                     break;
                 }
             }
+        }
+        if buf.capacity() > KEPT_BUFFER_BYTES {
+            buf.clear();
+            buf.shrink_to(KEPT_BUFFER_BYTES);
         }
     }
     drop(conn); // ends subscriptions and, once pending replies are out, the writer

@@ -6,11 +6,16 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 pub enum Frame {
     /// A complete line, without its `\n` (or `\r\n`).
     Line,
-    /// A line longer than the limit; its bytes were read and thrown away up to its `\n`.
+    /// A line longer than the limit; its bytes were read and thrown away up to its `\n`,
+    /// except its first [`KEPT_PREFIX`] bytes, left in the buffer so that the request's id can
+    /// still be recovered for the error reply.
     TooLong { bytes: usize },
     /// The peer closed the connection.
     Eof,
 }
+
+/// How much of a discarded oversize frame is kept (in the buffer) to find its id in.
+pub const KEPT_PREFIX: usize = 4096;
 
 /// Reads the next frame into `buf` (cleared first). Never holds more than `max` bytes.
 pub async fn read_frame<R: AsyncBufRead + Unpin>(
@@ -38,10 +43,12 @@ pub async fn read_frame<R: AsyncBufRead + Unpin>(
         if !discarding && buf.len() + chunk.len() > max {
             discarding = true;
             discarded = buf.len();
-            buf.clear();
+            buf.truncate(KEPT_PREFIX);
         }
         if discarding {
             discarded += chunk.len();
+            let room = KEPT_PREFIX.saturating_sub(buf.len());
+            buf.extend_from_slice(&chunk[..room.min(chunk.len())]);
         } else {
             buf.extend_from_slice(chunk);
         }
@@ -72,6 +79,7 @@ mod tests {
             read_frame(&mut reader, 1024, &mut buf).await.unwrap(),
             Frame::TooLong { bytes: 5000 }
         ));
+        assert_eq!(buf, "x".repeat(KEPT_PREFIX).as_bytes(), "the kept prefix");
         assert!(matches!(
             read_frame(&mut reader, 1024, &mut buf).await.unwrap(),
             Frame::Line

@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use dstream_sdk::RpcError;
+use dstream_sdk::event::MAX_NESTING_DEPTH;
 use dstream_sdk::protocol::{self, HelloResult, PROTOCOL_VERSION, SessionInfo, StatsResult, codes};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -30,6 +31,7 @@ pub enum Reply {
 }
 
 /// A request, borrowed from its frame.
+#[derive(Debug)]
 pub struct Request<'a> {
     pub id: Option<&'a RawValue>,
     pub method: String,
@@ -50,12 +52,17 @@ struct Envelope<'a> {
 
 type ParseFailure = (Option<Box<RawValue>>, RpcError);
 
+/// Deepest nesting a request frame may have: an event's fields (at most [`MAX_NESTING_DEPTH`])
+/// sit a few levels down in it. Checked before serde_json (limit 128) parses the frame, so a
+/// deeper frame gets a clear error rather than "recursion limit exceeded".
+pub const MAX_FRAME_DEPTH: usize = MAX_NESTING_DEPTH + 8;
+
 /// Checks a frame is a JSON-RPC 2.0 request. On failure, the id (when one could be read) and
 /// the error to answer with.
 pub fn parse_request(line: &[u8]) -> Result<Request<'_>, ParseFailure> {
     let text = std::str::from_utf8(line).map_err(|e| {
         (
-            None,
+            salvage_id(line),
             RpcError::new(
                 codes::PARSE_ERROR,
                 format!(
@@ -65,9 +72,28 @@ pub fn parse_request(line: &[u8]) -> Result<Request<'_>, ParseFailure> {
             ),
         )
     })?;
+    let depth = nesting_depth(line);
+    if depth > MAX_FRAME_DEPTH {
+        // Only `params` (or a stray member) can nest in a request object.
+        let code = match line.iter().find(|b| !b.is_ascii_whitespace()) {
+            Some(b'{') => codes::INVALID_PARAMS,
+            _ => codes::INVALID_REQUEST,
+        };
+        return Err((
+            salvage_id(line),
+            RpcError::new(
+                code,
+                format!(
+                    "request nests {depth} levels of arrays and objects; the limit is \
+                     {MAX_FRAME_DEPTH} for a request, and {MAX_NESTING_DEPTH} for an event's \
+                     payload, metadata and raw"
+                ),
+            ),
+        ));
+    }
     let value: &RawValue = serde_json::from_str(text).map_err(|e| {
         (
-            None,
+            salvage_id(line),
             RpcError::new(codes::PARSE_ERROR, format!("invalid JSON: {e}")),
         )
     })?;
@@ -89,7 +115,7 @@ pub fn parse_request(line: &[u8]) -> Result<Request<'_>, ParseFailure> {
     }
     let env: Envelope = serde_json::from_str(value.get()).map_err(|e| {
         (
-            None,
+            salvage_id(line),
             RpcError::new(codes::INVALID_REQUEST, format!("invalid request: {e}")),
         )
     })?;
@@ -112,6 +138,119 @@ pub fn parse_request(line: &[u8]) -> Result<Request<'_>, ParseFailure> {
         method,
         params: env.params.filter(|p| p.get() != "null"),
     })
+}
+
+/// How deeply arrays and objects nest in JSON text: 0 for a scalar, 1 for `{}` or `[1]`.
+/// One linear pass without recursion, whatever the input; brackets inside strings (escapes
+/// included) do not count. On invalid JSON the result is meaningless but still bounded.
+pub fn nesting_depth(json: &[u8]) -> usize {
+    let (mut depth, mut max, mut i) = (0usize, 0usize, 0usize);
+    while i < json.len() {
+        match json[i] {
+            b'"' => match string_end(json, i) {
+                Some(end) => {
+                    i = end;
+                    continue;
+                }
+                None => break,
+            },
+            b'{' | b'[' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        i += 1;
+    }
+    max
+}
+
+/// Given `json[start] == b'"'`, the index just past the closing quote, if the string ends.
+fn string_end(json: &[u8], start: usize) -> Option<usize> {
+    let mut i = start + 1;
+    loop {
+        i += memchr::memchr2(b'"', b'\\', json.get(i..)?)?;
+        if json[i] == b'"' {
+            return Some(i + 1);
+        }
+        i += 2; // a backslash and the character it escapes
+    }
+}
+
+fn skip_ws(json: &[u8], mut i: usize) -> usize {
+    while json.get(i).is_some_and(u8::is_ascii_whitespace) {
+        i += 1;
+    }
+    i
+}
+
+/// The request id of a frame that could not be parsed (invalid, too deep, or cut short: an
+/// oversize frame's first bytes), so the error reply reaches the caller: the value of the
+/// first top-level `"id"` member, if it is a complete string or number. One linear pass,
+/// no recursion.
+pub fn salvage_id(frame: &[u8]) -> Option<Box<RawValue>> {
+    let mut i = skip_ws(frame, 0);
+    if frame.get(i) != Some(&b'{') {
+        return None;
+    }
+    i += 1;
+    let (mut depth, mut expect_key) = (1usize, true);
+    while i < frame.len() {
+        match frame[i] {
+            b'"' => {
+                let end = string_end(frame, i)?;
+                if depth == 1 && expect_key {
+                    let colon = skip_ws(frame, end);
+                    if frame.get(colon) != Some(&b':') {
+                        return None;
+                    }
+                    let value = skip_ws(frame, colon + 1);
+                    if &frame[i..end] == b"\"id\"" {
+                        return id_at(frame, value);
+                    }
+                    expect_key = false;
+                    i = value;
+                } else {
+                    i = end;
+                }
+                continue;
+            }
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => {
+                depth -= 1;
+                if depth == 0 {
+                    return None;
+                }
+            }
+            b',' if depth == 1 => expect_key = true,
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+/// The string or number starting at `frame[i]`, if it is complete and valid JSON.
+fn id_at(frame: &[u8], i: usize) -> Option<Box<RawValue>> {
+    let end = match frame.get(i)? {
+        b'"' => string_end(frame, i)?,
+        b'-' | b'0'..=b'9' => {
+            let len = frame[i..]
+                .iter()
+                .take_while(|b| matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
+                .count();
+            // A number running to the end of a cut frame may be cut too.
+            match frame.get(i + len) {
+                Some(b',' | b'}') => {}
+                Some(b) if b.is_ascii_whitespace() => {}
+                _ => return None,
+            }
+            i + len
+        }
+        _ => return None,
+    };
+    serde_json::from_slice(&frame[i..end]).ok()
 }
 
 pub fn reply_frame(id: Option<&RawValue>, result: RpcResult) -> Vec<u8> {
@@ -230,6 +369,25 @@ async fn append(
         check_session_id(s, "event.stream_id")?;
     }
     crate::store::validate_event(&p.event).map_err(|m| RpcError::new(codes::INVALID_PARAMS, m))?;
+    // Every reader must be able to parse what is stored, inside its own frame.
+    for (name, value) in [
+        ("event.payload", &p.event.payload),
+        ("event.metadata", &p.event.metadata),
+        ("event.raw", &p.event.raw),
+    ] {
+        let depth = value
+            .as_ref()
+            .map_or(0, |v| nesting_depth(v.get().as_bytes()));
+        if depth > MAX_NESTING_DEPTH {
+            return Err(RpcError::new(
+                codes::INVALID_PARAMS,
+                format!(
+                    "{name} nests {depth} levels of arrays and objects; the limit is \
+                     {MAX_NESTING_DEPTH}"
+                ),
+            ));
+        }
+    }
     // Waits only when this connection already has its fill of appends in flight.
     let permit = conn
         .in_flight
@@ -483,4 +641,69 @@ fn stats(ctx: &Context) -> RpcResult {
         frame_errors: ctx.stats.frame_errors.load(relaxed),
         rss_bytes: crate::server::rss_bytes(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(frame: &str) -> Option<String> {
+        salvage_id(frame.as_bytes()).map(|v| v.get().to_owned())
+    }
+
+    #[test]
+    fn depth_counts_brackets_outside_strings_only() {
+        assert_eq!(nesting_depth(b"1"), 0);
+        assert_eq!(nesting_depth(b"\"[[{\""), 0);
+        assert_eq!(nesting_depth(b"{}"), 1);
+        assert_eq!(nesting_depth(br#"{"a":[1,{"b":"]]\"[["}],"c":[[[]]]}"#), 4);
+        assert_eq!(nesting_depth(br#"["\\",["\\\"[",[]]]"#), 3);
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert_eq!(nesting_depth(deep.as_bytes()), 100_000);
+        // Unterminated input is counted as far as it goes.
+        assert_eq!(nesting_depth(b"[[\"[[[["), 2);
+    }
+
+    #[test]
+    fn the_top_level_id_is_found_in_broken_or_cut_frames() {
+        assert_eq!(
+            id(r#"{"jsonrpc":"2.0","id":77,"method":"append","params":{"x":"#).as_deref(),
+            Some("77")
+        );
+        assert_eq!(
+            id(r#"{ "id" : "a\"b" , "method": }"#).as_deref(),
+            Some(r#""a\"b""#)
+        );
+        assert_eq!(
+            id(r#"{"params":{"id":1},"x":["id",2],"id":-3.5e2,"#).as_deref(),
+            Some("-3.5e2")
+        );
+        assert_eq!(id(r#"{"k":"\"id\":5","id":6}"#).as_deref(), Some("6"));
+        // Not at the top level, not a string or number, cut short, or absent.
+        assert_eq!(id(r#"{"params":{"id":1}}"#), None);
+        assert_eq!(id(r#"{"id":null,"method":"x"}"#), None);
+        assert_eq!(id(r#"{"id":{"a":1}}"#), None);
+        assert_eq!(id(r#"{"id":12"#), None);
+        assert_eq!(id(r#"{"id":"abc"#), None);
+        assert_eq!(id(r#"[{"id":1}]"#), None);
+        assert_eq!(id("hello"), None);
+        assert_eq!(id(r#"{"id":1x}"#), None);
+    }
+
+    #[test]
+    fn parse_errors_carry_the_salvaged_id() {
+        let (id, e) = parse_request(br#"{"jsonrpc":"2.0","id":9,"method":"hello","#).unwrap_err();
+        assert_eq!(id.unwrap().get(), "9");
+        assert_eq!(e.code, codes::PARSE_ERROR);
+
+        let frame = format!(
+            r#"{{"jsonrpc":"2.0","id":"deep","method":"append","params":{}1{}}}"#,
+            "[".repeat(300),
+            "]".repeat(300)
+        );
+        let (id, e) = parse_request(frame.as_bytes()).unwrap_err();
+        assert_eq!(id.unwrap().get(), "\"deep\"");
+        assert_eq!(e.code, codes::INVALID_PARAMS);
+        assert!(e.message.contains("nests 301 levels"), "{}", e.message);
+    }
 }

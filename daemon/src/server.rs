@@ -40,6 +40,12 @@ pub enum StartError {
     Store(#[from] crate::store::StoreError),
     #[error("another dstream daemon is already listening on {}", .0.display())]
     SocketInUse(PathBuf),
+    #[error(
+        "{} exists and is not a socket (it is {kind}); refusing to start rather than delete it: \
+         remove it or choose another socket path",
+        path.display()
+    )]
+    NotASocket { path: PathBuf, kind: &'static str },
     #[error("cannot listen on {}: {source}", path.display())]
     Listen { path: PathBuf, source: io::Error },
 }
@@ -176,13 +182,35 @@ fn listen(socket: &Path) -> Result<Listener, StartError> {
         // The mode asked of mkdir is masked by the umask; set it outright.
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(err)?;
     }
-    if socket.exists() {
-        // Alive: refuse. Dead (a killed daemon's leftover): replace.
-        if std::os::unix::net::UnixStream::connect(socket).is_ok() {
-            return Err(StartError::SocketInUse(socket.into()));
+    // Not followed: a symlink, even to a socket, is not ours to replace.
+    match std::fs::symlink_metadata(socket) {
+        Ok(meta) => {
+            use std::os::unix::fs::FileTypeExt;
+            let t = meta.file_type();
+            if !t.is_socket() {
+                let kind = if t.is_file() {
+                    "a regular file"
+                } else if t.is_dir() {
+                    "a directory"
+                } else if t.is_symlink() {
+                    "a symbolic link"
+                } else {
+                    "neither a socket nor a regular file"
+                };
+                return Err(StartError::NotASocket {
+                    path: socket.into(),
+                    kind,
+                });
+            }
+            // Alive: refuse. Dead (a killed daemon's leftover): replace.
+            if std::os::unix::net::UnixStream::connect(socket).is_ok() {
+                return Err(StartError::SocketInUse(socket.into()));
+            }
+            tracing::info!(socket = %socket.display(), "replacing a stale socket");
+            std::fs::remove_file(socket).map_err(err)?;
         }
-        tracing::info!(socket = %socket.display(), "replacing a stale socket");
-        std::fs::remove_file(socket).map_err(err)?;
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(err(e)),
     }
     let name = socket.to_fs_name::<GenericFilePath>().map_err(err)?;
     let listener = ListenerOptions::new()

@@ -76,32 +76,34 @@ fn probe() -> Probe {
 fn malformed_frames_get_errors_and_the_connection_keeps_working() {
     let mut p = probe();
 
-    let cases: &[(&str, &[u8], i64, bool)] = &[
-        ("truncated JSON", b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\n", codes::PARSE_ERROR, true),
-        ("not JSON at all", b"hello there\n", codes::PARSE_ERROR, true),
-        ("trailing garbage", b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"hello\"} x\n", codes::PARSE_ERROR, true),
+    // The id is whatever can be read from the frame, even when the rest is not valid: a
+    // salvaged top-level "id" lets a client route the error to its caller.
+    let cases: &[(&str, &[u8], i64, Value)] = &[
+        ("truncated JSON", b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\n", codes::PARSE_ERROR, json!(1)),
+        ("not JSON at all", b"hello there\n", codes::PARSE_ERROR, Value::Null),
+        ("trailing garbage", b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"hello\"} x\n", codes::PARSE_ERROR, json!(1)),
         (
             "invalid UTF-8",
             b"{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"hello\",\"params\":{\"x\":\"\xff\xfe\xc3\"}}\n",
             codes::PARSE_ERROR,
-            true,
+            json!(2),
         ),
-        ("a number", b"42\n", codes::INVALID_REQUEST, true),
-        ("a string", b"\"hello\"\n", codes::INVALID_REQUEST, true),
-        ("null", b"null\n", codes::INVALID_REQUEST, true),
-        ("an object without method or id", b"{\"foo\":1}\n", codes::INVALID_REQUEST, true),
-        ("a request without method", b"{\"jsonrpc\":\"2.0\",\"id\":7}\n", codes::INVALID_REQUEST, false),
-        ("method not a string", b"{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":5}\n", codes::INVALID_REQUEST, false),
+        ("invalid JSON, string id", b"{\"id\":\"s-1\",\"jsonrpc\":\"2.0\",\"method\":\"hello\",}\n", codes::PARSE_ERROR, json!("s-1")),
+        ("invalid JSON, id cut short", b"{\"jsonrpc\":\"2.0\",\"id\":12\n", codes::PARSE_ERROR, Value::Null),
+        ("invalid JSON, id not top-level", b"{\"params\":{\"id\":5},\"method\":\n", codes::PARSE_ERROR, Value::Null),
+        ("a number", b"42\n", codes::INVALID_REQUEST, Value::Null),
+        ("a string", b"\"hello\"\n", codes::INVALID_REQUEST, Value::Null),
+        ("null", b"null\n", codes::INVALID_REQUEST, Value::Null),
+        ("an object without method or id", b"{\"foo\":1}\n", codes::INVALID_REQUEST, Value::Null),
+        ("a request without method", b"{\"jsonrpc\":\"2.0\",\"id\":7}\n", codes::INVALID_REQUEST, json!(7)),
+        ("method not a string", b"{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":5}\n", codes::INVALID_REQUEST, json!(8)),
     ];
-    for (what, bytes, code, id_null) in cases {
+    for (what, bytes, code, id) in cases {
         let frame = p.raw_error(what, bytes, *code);
-        if *id_null {
-            assert_eq!(
-                frame["id"],
-                Value::Null,
-                "{what}: the id could not be read, so it must be null: {frame}"
-            );
-        }
+        assert_eq!(
+            &frame["id"], id,
+            "{what}: the id of the error reply: {frame}"
+        );
         p.both_still_work(what);
     }
 
@@ -158,7 +160,48 @@ fn oversize_frame_is_discarded_and_the_next_request_is_answered() {
     );
     p.both_still_work("an oversize frame sent in pieces");
 
-    // The discarded append did not happen.
+    // The error reply to an oversize frame carries the id read from its first bytes, so a
+    // client waiting on that id gets an answer instead of hanging.
+    let payload = "d".repeat(2 * MAX_FRAME);
+    let mut bytes = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 77, "method": "append",
+        "params": {"session_id": "big", "event": {"type": "t", "payload": {"x": payload}}}}))
+    .unwrap();
+    assert!(bytes.starts_with(b"{\"id\":77,"), "the id leads the frame");
+    bytes.push(b'\n');
+    p.a.send_raw(&bytes);
+    let r = p.a.wait_response(77);
+    let e = r.expect_err("an oversize append must be refused");
+    assert_eq!(e.code, codes::FRAME_TOO_LARGE, "{e}");
+    assert!(
+        e.message.contains(&MAX_FRAME.to_string()),
+        "names the limit: {e}"
+    );
+    p.both_still_work("an oversize frame with an id");
+
+    // Same with a string id after "jsonrpc", as the SDK sends it, and a frame of
+    // nested garbage whose every byte would be a string escape or a bracket.
+    let mut bytes = br#"{"jsonrpc":"2.0","id":"big-1","method":"append","params":{"x":""#.to_vec();
+    bytes.extend(std::iter::repeat_n(b"\\\"[{".as_slice(), MAX_FRAME).flatten());
+    bytes.extend_from_slice(b"\"}}\n");
+    p.a.send_raw(&bytes);
+    let frame =
+        p.a.try_response_frame(&json!("big-1"))
+            .expect("reply to big-1");
+    assert_eq!(frame["error"]["code"], codes::FRAME_TOO_LARGE, "{frame}");
+    p.both_still_work("an oversize frame with a string id");
+
+    // An id only found past the kept prefix cannot be read: the reply's id is null.
+    let mut bytes = serde_json::to_vec(&json!({"jsonrpc": "2.0", "method": "append",
+        "params": {"session_id": "big", "event": {"type": "t", "payload": {"x": payload}}}}))
+    .unwrap();
+    bytes.pop();
+    bytes.extend_from_slice(b",\"id\":78}\n");
+    p.a.send_raw(&bytes);
+    let frame = p.a.null_id_response();
+    assert_eq!(frame["error"]["code"], codes::FRAME_TOO_LARGE, "{frame}");
+    p.both_still_work("an oversize frame with its id at the end");
+
+    // The discarded appends did not happen.
     let evs = p.a.read_all("big");
     assert_eq!(evs.len(), 1, "only the accepted append is stored");
 }
