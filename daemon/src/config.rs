@@ -23,6 +23,7 @@ pub struct DaemonConfig {
     pub socket: PathBuf,
     pub data_dir: PathBuf,
     pub max_frame_bytes: usize,
+    pub max_client_memory_bytes: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -65,7 +66,7 @@ pub struct ReadConfig {
 #[serde(deny_unknown_fields)]
 pub struct SubscriptionConfig {
     pub live_buffer_bytes: usize,
-    pub outbound_frames: usize,
+    pub outbound_bytes: usize,
     pub heartbeat_ms: u64,
 }
 
@@ -153,8 +154,14 @@ impl Config {
         if self.subscriptions.live_buffer_bytes < 65536 {
             return bad("subscriptions.live_buffer_bytes", "must be at least 65536");
         }
-        if self.subscriptions.outbound_frames == 0 {
-            return bad("subscriptions.outbound_frames", "must be at least 1");
+        if self.subscriptions.outbound_bytes < 65536 {
+            return bad("subscriptions.outbound_bytes", "must be at least 65536");
+        }
+        if self.daemon.max_client_memory_bytes < self.daemon.max_frame_bytes {
+            return bad(
+                "daemon.max_client_memory_bytes",
+                "must be at least daemon.max_frame_bytes",
+            );
         }
         if self.subscriptions.heartbeat_ms == 0 {
             return bad("subscriptions.heartbeat_ms", "must be at least 1");

@@ -34,6 +34,8 @@ pub struct Follower {
     /// The next LSN to deliver.
     next: u64,
     caught_up: bool,
+    /// Reading from the log (at the start, and after a lag or a gap) rather than the hub.
+    from_log: bool,
     /// Read from the log, not yet handed out.
     page: VecDeque<EventJson>,
 }
@@ -46,6 +48,7 @@ impl Follower {
             session: session.to_string(),
             next: from_lsn.max(1),
             caught_up: false,
+            from_log: true,
             page: VecDeque::new(),
         }
     }
@@ -57,12 +60,15 @@ impl Follower {
                 self.next = e.lsn + 1;
                 return Ok(Follow::Event(e));
             }
-            if self.fill_from_log().await? {
-                continue;
-            }
-            if !self.caught_up {
-                self.caught_up = true;
-                return Ok(Follow::CaughtUp(self.next - 1));
+            if self.from_log {
+                if self.fill_from_log().await? {
+                    continue;
+                }
+                self.from_log = false;
+                if !self.caught_up {
+                    self.caught_up = true;
+                    return Ok(Follow::CaughtUp(self.next - 1));
+                }
             }
             match self.hub.recv().await {
                 Ok(c) if *c.session != *self.session || c.event.lsn < self.next => {}
@@ -70,9 +76,10 @@ impl Follower {
                     self.next += 1;
                     return Ok(Follow::Event(c.event.clone()));
                 }
-                // Beyond `next`: what lies between is in the log; the loop reads it first.
-                Ok(_) => {}
+                // Beyond `next`: what lies between is in the log.
+                Ok(_) => self.from_log = true,
                 Err(Lagged) => {
+                    self.from_log = true;
                     return Ok(Follow::Lagged {
                         last_sent_lsn: self.next - 1,
                     });

@@ -1,12 +1,17 @@
 //! The dstream daemon as a library: durable per-session event logs behind a local socket.
 //!
-//! Components, one job each:
-//! - [`config`]: the configuration and its embedded, documented defaults;
-//! - [`store`]: the logs: group-committed appends, checksummed records, the sparse index,
-//!   recovery and quarantine, reads and queries;
-//! - [`server`]: the local socket, the accept loop and a clean stop;
-//! - `connection`, `frame`, `rpc`, `subscription`: one client's framing, method dispatch and
-//!   live feeds.
+//! Components, one job each, top-down in the order a request flows through them:
+//! - [`server`]: the local socket, the accept loop and a clean stop ([`server::start`],
+//!   [`server::run`], so tests can run a daemon in-process);
+//! - `connection` + `frame` + `outbound`: one client's framing, its byte-bounded outbound
+//!   queue, its memory charge;
+//! - `rpc`: method dispatch over the shared wire types of `dstream-sdk`;
+//! - [`store`]: the logs: one commit thread and a shared write-ahead log for all sessions,
+//!   checksummed records, the sparse index, recovery, quarantine and repair, reads and queries;
+//! - [`hub`]: the daemon-wide stream of committed events, bounded in bytes;
+//! - `follower` + `subscription`: catch up from the logs, then live from the hub, gap-free;
+//! - [`state`]: what all of them share (config, store, hub, counters, memory budget);
+//! - [`config`]: the configuration and its embedded, documented defaults.
 //!
 //! The `dstream` binary (CLI) is built on this crate and on `dstream-sdk`.
 
@@ -15,10 +20,11 @@ mod connection;
 mod follower;
 mod frame;
 pub mod hub;
+mod outbound;
 mod rpc;
 pub mod server;
+pub mod state;
 pub mod store;
 mod subscription;
 
 pub use config::Config;
-pub use server::run;

@@ -6,16 +6,65 @@ use std::time::Duration;
 
 use dstream_sdk::RpcError;
 use dstream_sdk::event::MAX_NESTING_DEPTH;
-use dstream_sdk::protocol::{self, HelloResult, PROTOCOL_VERSION, SessionInfo, StatsResult, codes};
+use dstream_sdk::protocol::{
+    self, AppendParams, HelloResult, PROTOCOL_VERSION, PeerInfo, QueryParams, ReadParams,
+    SessionInfo, StatsResult, SubscribeParams, UnsubscribeParams, codes,
+};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
+use std::collections::HashMap;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinHandle;
 
-use crate::connection::{AckFrame, Connection};
 use crate::follower::Follower;
-use crate::server::Context;
-use crate::store::{Ack, EventJson, NewEventRaw, QueryFilter, Session, StoreError};
+use crate::outbound::Outbound;
+use crate::state::DaemonState;
+use crate::store::{Ack, EventJson, QueryFilter, Session, StoreError};
 use crate::subscription::Subscription;
+
+/// Appends one connection may have waiting for their acknowledgement.
+const MAX_APPENDS_IN_FLIGHT: usize = 1024;
+
+/// What the methods know of the client calling them: who it is (from the OS), where its
+/// replies go, and its subscriptions. Owned by its connection.
+pub struct Caller {
+    pub peer: PeerInfo,
+    pub out: Outbound,
+    in_flight: Arc<Semaphore>,
+    subscriptions: HashMap<String, JoinHandle<()>>,
+    next_subscription: u64,
+}
+
+impl Caller {
+    pub fn new(peer: PeerInfo, out: Outbound) -> Caller {
+        Caller {
+            peer,
+            out,
+            in_flight: Arc::new(Semaphore::new(MAX_APPENDS_IN_FLIGHT)),
+            subscriptions: HashMap::new(),
+            next_subscription: 0,
+        }
+    }
+
+    fn new_subscription_id(&mut self) -> String {
+        self.next_subscription += 1;
+        format!("sub-{}", self.next_subscription)
+    }
+
+    /// Starts a subscription's feed, after its reply was sent.
+    pub fn start(&mut self, sub: Subscription) {
+        self.subscriptions.insert(sub.id.clone(), sub.spawn());
+    }
+}
+
+impl Drop for Caller {
+    fn drop(&mut self) {
+        for (_, task) in self.subscriptions.drain() {
+            task.abort();
+        }
+    }
+}
 
 /// The JSON bytes of a result, or an error.
 pub type RpcResult = Result<Vec<u8>, RpcError>;
@@ -308,31 +357,34 @@ pub fn store_error(e: StoreError) -> RpcError {
     RpcError::new(code, e.to_string())
 }
 
+/// Carries out one request. `charge` is the request's share of the memory budget for
+/// clients: an append holds it until the event is committed, other methods until they return.
 pub async fn dispatch(
-    ctx: &Arc<Context>,
-    conn: &mut Connection,
+    state: &Arc<DaemonState>,
+    caller: &mut Caller,
     method: &str,
     raw: Option<&RawValue>,
     id: Option<&RawValue>,
+    charge: OwnedSemaphorePermit,
 ) -> Reply {
     let now = |r: RpcResult| Reply::Now(r);
     match method {
-        "append" => match append(ctx, conn, raw, id).await {
+        "append" => match append(state, caller, raw, id, charge).await {
             Ok(reply) => reply,
             Err(e) => now(Err(e)),
         },
-        "hello" => now(hello(ctx, conn)),
-        "read" => now(read(ctx, raw).await),
-        "subscribe" => match subscribe(ctx, conn, raw) {
+        "hello" => now(hello(state, caller)),
+        "read" => now(read(state, raw).await),
+        "subscribe" => match subscribe(state, caller, raw) {
             Ok(sub) => Reply::Subscribed(sub),
             Err(e) => now(Err(e)),
         },
-        "unsubscribe" => now(unsubscribe(conn, raw)),
-        "sessions.list" => now(sessions_list(ctx)),
-        "sessions.get" => now(sessions_get(ctx, raw)),
-        "query" => now(query(ctx, raw).await),
-        "stats" => now(stats(ctx)),
-        "repair" => now(repair(ctx, raw).await),
+        "unsubscribe" => now(unsubscribe(caller, raw)),
+        "sessions.list" => now(sessions_list(state)),
+        "sessions.get" => now(sessions_get(state, raw)),
+        "query" => now(query(state, raw).await),
+        "stats" => now(stats(state)),
+        "repair" => now(repair(state, raw).await),
         other => now(Err(RpcError::new(
             codes::METHOD_NOT_FOUND,
             format!("unknown method {other:?}"),
@@ -340,30 +392,25 @@ pub async fn dispatch(
     }
 }
 
-fn hello(ctx: &Context, conn: &Connection) -> RpcResult {
+fn hello(state: &DaemonState, caller: &Caller) -> RpcResult {
     to_json(&HelloResult {
         server: "dstream".into(),
         version: env!("CARGO_PKG_VERSION").into(),
         protocol: PROTOCOL_VERSION,
-        max_frame_bytes: ctx.config.daemon.max_frame_bytes,
-        fsync: ctx.config.store.fsync.as_str().into(),
-        peer: conn.peer.clone(),
+        max_frame_bytes: state.config.daemon.max_frame_bytes,
+        fsync: state.config.store.fsync.as_str().into(),
+        peer: caller.peer.clone(),
     })
 }
 
-#[derive(Deserialize)]
-struct AppendParams {
-    session_id: String,
-    event: NewEventRaw,
-}
-
 async fn append(
-    ctx: &Arc<Context>,
-    conn: &Connection,
+    state: &Arc<DaemonState>,
+    caller: &Caller,
     raw: Option<&RawValue>,
     id: Option<&RawValue>,
+    charge: OwnedSemaphorePermit,
 ) -> Result<Reply, RpcError> {
-    let p: AppendParams = params(raw)?;
+    let p: AppendParams<Box<RawValue>> = params(raw)?;
     check_session_id(&p.session_id, "session_id")?;
     if let Some(s) = &p.event.stream_id {
         check_session_id(s, "event.stream_id")?;
@@ -389,37 +436,26 @@ async fn append(
         }
     }
     // Waits only when this connection already has its fill of appends in flight.
-    let permit = conn
+    let permit = caller
         .in_flight
         .clone()
         .acquire_owned()
         .await
         .map_err(|_| RpcError::new(codes::SHUTTING_DOWN, "the connection is closing"))?;
-    let acks = conn.acks.clone();
+    let out = caller.out.clone();
     let id = id.map(|i| i.to_owned());
     let ack = Ack::new(move |result| {
+        drop(charge); // the event's bytes are in the log now, or refused
         let Some(id) = id else { return };
         let result =
             result.map(|a| format!("{{\"lsn\":{},\"id\":\"{}\"}}", a.lsn, a.id).into_bytes());
         let frame = reply_frame(Some(&id), result.map_err(store_error));
-        let _ = acks.send(AckFrame {
-            frame,
-            _in_flight: permit,
-        });
+        let _ = out.send_now(frame, permit);
     });
     // Checkpoint events must be on disk before anyone acts on them, whatever the policy.
     let must_sync = p.event.event_type.starts_with("checkpoint.");
-    ctx.store.append(&p.session_id, p.event, must_sync, ack);
+    state.store.append(&p.session_id, p.event, must_sync, ack);
     Ok(Reply::Submitted)
-}
-
-#[derive(Deserialize)]
-struct ReadParams {
-    session_id: String,
-    #[serde(default)]
-    from_lsn: Option<u64>,
-    #[serde(default)]
-    limit: Option<usize>,
 }
 
 fn event_array(events: &[EventJson], out: &mut Vec<u8>) {
@@ -433,22 +469,22 @@ fn event_array(events: &[EventJson], out: &mut Vec<u8>) {
     out.push(b']');
 }
 
-fn clamp_limit(ctx: &Context, limit: Option<usize>) -> Result<usize, RpcError> {
+fn clamp_limit(state: &DaemonState, limit: Option<usize>) -> Result<usize, RpcError> {
     match limit {
-        None => Ok(ctx.config.read.default_limit),
+        None => Ok(state.config.read.default_limit),
         Some(0) => Err(RpcError::new(
             codes::INVALID_PARAMS,
             "limit must be at least 1",
         )),
-        Some(n) => Ok(n.min(ctx.config.read.max_limit)),
+        Some(n) => Ok(n.min(state.config.read.max_limit)),
     }
 }
 
-async fn read(ctx: &Context, raw: Option<&RawValue>) -> RpcResult {
+async fn read(state: &DaemonState, raw: Option<&RawValue>) -> RpcResult {
     let p: ReadParams = params(raw)?;
     check_session_id(&p.session_id, "session_id")?;
-    let limit = clamp_limit(ctx, p.limit)?;
-    let page = ctx
+    let limit = clamp_limit(state, p.limit)?;
+    let page = state
         .store
         .read(&p.session_id, p.from_lsn.unwrap_or(1), limit)
         .await
@@ -471,32 +507,25 @@ async fn read(ctx: &Context, raw: Option<&RawValue>) -> RpcResult {
     Ok(out)
 }
 
-#[derive(Deserialize)]
-struct SubscribeParams {
-    session_id: String,
-    #[serde(default)]
-    from_lsn: Option<u64>,
-}
-
 fn subscribe(
-    ctx: &Context,
-    conn: &mut Connection,
+    state: &Arc<DaemonState>,
+    caller: &mut Caller,
     raw: Option<&RawValue>,
 ) -> Result<Subscription, RpcError> {
     let p: SubscribeParams = params(raw)?;
     check_session_id(&p.session_id, "session_id")?;
-    let session = ctx.store.session(&p.session_id);
+    let session = state.store.session(&p.session_id);
     if session.quarantine_reason().is_some() {
-        return Err(store_error(ctx.store.missing(&p.session_id)));
+        return Err(store_error(state.store.missing(&p.session_id)));
     }
     // The follower registers on the live stream before it reads the log: see `follower`.
     let from = p.from_lsn.unwrap_or(1);
     Ok(Subscription {
-        id: conn.new_subscription_id(),
-        follower: Follower::new(ctx.store.clone(), &ctx.hub, &p.session_id, from),
-        out: conn.out.clone(),
-        heartbeat: Duration::from_millis(ctx.config.subscriptions.heartbeat_ms),
-        stats: ctx.stats.clone(),
+        id: caller.new_subscription_id(),
+        follower: Follower::new(state.store.clone(), &state.hub, &p.session_id, from),
+        out: caller.out.clone(),
+        heartbeat: Duration::from_millis(state.config.subscriptions.heartbeat_ms),
+        state: state.clone(),
     })
 }
 
@@ -505,14 +534,9 @@ pub fn subscribed(id: &str) -> RpcResult {
     Ok(format!("{{\"subscription\":\"{id}\"}}").into_bytes())
 }
 
-#[derive(Deserialize)]
-struct UnsubscribeParams {
-    subscription: String,
-}
-
-fn unsubscribe(conn: &mut Connection, raw: Option<&RawValue>) -> RpcResult {
+fn unsubscribe(caller: &mut Caller, raw: Option<&RawValue>) -> RpcResult {
     let p: UnsubscribeParams = params(raw)?;
-    match conn.subscriptions.remove(&p.subscription) {
+    match caller.subscriptions.remove(&p.subscription) {
         Some(task) => {
             task.abort();
             Ok(b"{\"unsubscribed\":true}".to_vec())
@@ -545,8 +569,8 @@ fn quarantine_info(q: &crate::store::Quarantine) -> protocol::QuarantineInfo {
     }
 }
 
-fn sessions_list(ctx: &Context) -> RpcResult {
-    let sessions: Vec<SessionInfo> = ctx
+fn sessions_list(state: &DaemonState) -> RpcResult {
+    let sessions: Vec<SessionInfo> = state
         .store
         .sessions()
         .iter()
@@ -555,34 +579,16 @@ fn sessions_list(ctx: &Context) -> RpcResult {
     to_json(&protocol::SessionsListResult { sessions })
 }
 
-fn sessions_get(ctx: &Context, raw: Option<&RawValue>) -> RpcResult {
+fn sessions_get(state: &DaemonState, raw: Option<&RawValue>) -> RpcResult {
     let p: protocol::SessionsGetParams = params(raw)?;
     check_session_id(&p.session_id, "session_id")?;
-    match ctx.store.get(&p.session_id) {
+    match state.store.get(&p.session_id) {
         Some(s) if s.committed_lsn() > 0 || s.quarantine().is_some() => to_json(&session_info(&s)),
-        _ => Err(store_error(ctx.store.missing(&p.session_id))),
+        _ => Err(store_error(state.store.missing(&p.session_id))),
     }
 }
 
-#[derive(Deserialize)]
-struct QueryParams {
-    #[serde(default)]
-    session_id: Option<String>,
-    #[serde(default)]
-    stream_id: Option<String>,
-    #[serde(default)]
-    type_prefix: Option<String>,
-    #[serde(default)]
-    actor: Option<String>,
-    #[serde(default)]
-    since_ms: Option<u64>,
-    #[serde(default)]
-    until_ms: Option<u64>,
-    #[serde(default)]
-    limit: Option<usize>,
-}
-
-async fn query(ctx: &Context, raw: Option<&RawValue>) -> RpcResult {
+async fn query(state: &DaemonState, raw: Option<&RawValue>) -> RpcResult {
     let p: QueryParams = params(raw)?;
     if let Some(s) = &p.session_id {
         check_session_id(s, "session_id")?;
@@ -590,7 +596,7 @@ async fn query(ctx: &Context, raw: Option<&RawValue>) -> RpcResult {
     if let Some(s) = &p.stream_id {
         check_session_id(s, "stream_id")?;
     }
-    let limit = clamp_limit(ctx, p.limit)?;
+    let limit = clamp_limit(state, p.limit)?;
     let filter = QueryFilter {
         session_id: p.session_id,
         stream_id: p.stream_id,
@@ -599,7 +605,11 @@ async fn query(ctx: &Context, raw: Option<&RawValue>) -> RpcResult {
         since_ms: p.since_ms,
         until_ms: p.until_ms,
     };
-    let (events, truncated) = ctx.store.query(filter, limit).await.map_err(store_error)?;
+    let (events, truncated) = state
+        .store
+        .query(filter, limit)
+        .await
+        .map_err(store_error)?;
     let mut out = Vec::with_capacity(events.len() * 300 + 64);
     out.extend_from_slice(b"{\"events\":");
     event_array(&events, &mut out);
@@ -607,10 +617,14 @@ async fn query(ctx: &Context, raw: Option<&RawValue>) -> RpcResult {
     Ok(out)
 }
 
-async fn repair(ctx: &Context, raw: Option<&RawValue>) -> RpcResult {
+async fn repair(state: &DaemonState, raw: Option<&RawValue>) -> RpcResult {
     let p: protocol::RepairParams = params(raw)?;
     check_session_id(&p.session_id, "session_id")?;
-    let r = ctx.store.repair(&p.session_id).await.map_err(store_error)?;
+    let r = state
+        .store
+        .repair(&p.session_id)
+        .await
+        .map_err(store_error)?;
     to_json(&protocol::RepairResult {
         session_id: p.session_id,
         kept_records: r.kept_records,
@@ -621,25 +635,28 @@ async fn repair(ctx: &Context, raw: Option<&RawValue>) -> RpcResult {
     })
 }
 
-fn stats(ctx: &Context) -> RpcResult {
-    let s = ctx.store.stats();
-    let (sessions, quarantined_sessions) = ctx.store.counts();
+fn stats(state: &DaemonState) -> RpcResult {
+    let s = state.store.stats();
+    let (sessions, quarantined_sessions) = state.store.counts();
     let relaxed = Ordering::Relaxed;
     to_json(&StatsResult {
         version: env!("CARGO_PKG_VERSION").into(),
-        uptime_ms: ctx.started.elapsed().as_millis() as u64,
+        uptime_ms: state.started.elapsed().as_millis() as u64,
         pid: std::process::id(),
-        fsync: ctx.config.store.fsync.as_str().into(),
+        fsync: state.config.store.fsync.as_str().into(),
         sessions,
         quarantined_sessions,
-        connections: ctx.stats.connections.load(relaxed),
-        subscriptions: ctx.stats.subscriptions.load(relaxed),
+        connections: state.stats.connections.load(relaxed),
+        subscriptions: state.stats.subscriptions.load(relaxed),
         appends: s.appends.load(relaxed),
         bytes_written: s.bytes_written.load(relaxed),
         fsyncs: s.fsyncs.load(relaxed),
-        lagged: ctx.stats.lagged.load(relaxed),
-        frame_errors: ctx.stats.frame_errors.load(relaxed),
-        rss_bytes: crate::server::rss_bytes(),
+        lagged: state.stats.lagged.load(relaxed),
+        frame_errors: state.stats.frame_errors.load(relaxed),
+        rss_bytes: crate::state::rss_bytes(),
+        open_files: state.store.open_files() as u64,
+        client_memory_bytes: state.memory.in_use() as u64,
+        overloaded: state.stats.overloaded.load(relaxed),
     })
 }
 

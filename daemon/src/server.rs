@@ -1,9 +1,9 @@
 //! The daemon: open the store, listen on the local socket, serve connections, stop cleanly.
 
+use std::future::Future;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use interprocess::local_socket::tokio::Listener;
@@ -13,25 +13,9 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::config::Config;
+use crate::hub::Hub;
+use crate::state::{DaemonState, MemoryBudget};
 use crate::store::{RecoveryNote, Store, StoreSettings};
-
-/// Counters for `stats`.
-#[derive(Debug, Default)]
-pub struct ServerStats {
-    pub connections: AtomicU64,
-    pub subscriptions: AtomicU64,
-    pub lagged: AtomicU64,
-    pub frame_errors: AtomicU64,
-}
-
-/// What every connection shares.
-pub struct Context {
-    pub config: Config,
-    pub store: Store,
-    pub hub: Arc<crate::hub::Hub>,
-    pub stats: Arc<ServerStats>,
-    pub started: Instant,
-}
 
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]
@@ -50,8 +34,16 @@ pub enum StartError {
     Listen { path: PathBuf, source: io::Error },
 }
 
-/// Runs the daemon until SIGINT or SIGTERM. Everything acknowledged is on disk when it returns.
-pub async fn run(config: Config) -> Result<(), StartError> {
+/// A daemon ready to serve: its store open and recovered, its socket bound.
+pub struct Started {
+    pub state: Arc<DaemonState>,
+    pub listener: Listener,
+    pub socket: PathBuf,
+}
+
+/// Opens the store (taking the data directory's lock first: holding it proves no other daemon
+/// owns this data), recovers it, and binds the socket.
+pub async fn start(config: Config) -> Result<Started, StartError> {
     let started = Instant::now();
     let data_dir = config.data_dir();
     let socket = config.socket_path();
@@ -67,8 +59,7 @@ pub async fn run(config: Config) -> Result<(), StartError> {
             .wal_bytes
             .max(2 * config.daemon.max_frame_bytes as u64 + (1 << 20)),
     };
-    // The data-dir lock comes first: holding it proves no other daemon owns this data.
-    let hub = crate::hub::Hub::new(config.subscriptions.live_buffer_bytes);
+    let hub = Hub::new(config.subscriptions.live_buffer_bytes);
     let (store, notes) = Store::open(&data_dir, settings, hub.clone()).await?;
     for note in &notes {
         match note {
@@ -98,23 +89,37 @@ pub async fn run(config: Config) -> Result<(), StartError> {
         startup_ms = started.elapsed().as_millis() as u64,
         "dstream daemon ready"
     );
-
-    let ctx = Arc::new(Context {
+    let state = Arc::new(DaemonState {
+        memory: MemoryBudget::new(config.daemon.max_client_memory_bytes),
         config,
-        store: store.clone(),
+        store,
         hub,
-        stats: Arc::default(),
+        stats: Default::default(),
         started,
     });
+    Ok(Started {
+        state,
+        listener,
+        socket,
+    })
+}
+
+/// Serves connections until `shutdown` completes, then stops cleanly: no new requests, every
+/// append queued is written and synced and acknowledged, the socket file is removed.
+pub async fn run(started: Started, shutdown: impl Future<Output = ()>) {
+    let Started {
+        state,
+        listener,
+        socket,
+    } = started;
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut connections = JoinSet::new();
-    let stop = shutdown_signal();
-    tokio::pin!(stop);
+    tokio::pin!(shutdown);
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(stream) => {
-                    connections.spawn(crate::connection::serve(stream, ctx.clone(), stop_rx.clone()));
+                    connections.spawn(crate::connection::serve(stream, state.clone(), stop_rx.clone()));
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
@@ -122,23 +127,30 @@ pub async fn run(config: Config) -> Result<(), StartError> {
                 }
             },
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            signal = &mut stop => {
-                tracing::info!(signal, "stopping");
-                break;
-            }
+            () = &mut shutdown => break,
         }
     }
     // Stop reading requests, let the store write and sync what it has queued, then give the
     // connections a moment to send the acknowledgements.
     drop(listener);
     let _ = stop_tx.send(true);
-    store.shutdown().await;
+    state.store.shutdown().await;
     let _ = tokio::time::timeout(Duration::from_secs(2), async {
         while connections.join_next().await.is_some() {}
     })
     .await;
     remove_socket(&socket);
     tracing::info!("stopped");
+}
+
+/// Runs the daemon until SIGINT or SIGTERM. Everything acknowledged is on disk when it returns.
+pub async fn run_until_signal(config: Config) -> Result<(), StartError> {
+    let started = start(config).await?;
+    run(started, async {
+        let signal = shutdown_signal().await;
+        tracing::info!(signal, "stopping");
+    })
+    .await;
     Ok(())
 }
 
@@ -165,8 +177,10 @@ async fn shutdown_signal() -> &'static str {
     }
 }
 
+/// Binds the local socket: owner-only, in an owner-only directory; never deletes anything
+/// that is not a dead daemon's socket.
 #[cfg(unix)]
-fn listen(socket: &Path) -> Result<Listener, StartError> {
+pub fn listen(socket: &Path) -> Result<Listener, StartError> {
     use interprocess::os::unix::local_socket::ListenerOptionsExt;
     use std::os::unix::fs::PermissionsExt;
     let err = |source| StartError::Listen {
@@ -224,7 +238,7 @@ fn listen(socket: &Path) -> Result<Listener, StartError> {
 }
 
 #[cfg(windows)]
-fn listen(socket: &Path) -> Result<Listener, StartError> {
+pub fn listen(socket: &Path) -> Result<Listener, StartError> {
     // A named pipe: access is limited to the creating user by the default security descriptor.
     let err = |source| StartError::Listen {
         path: socket.into(),
@@ -246,17 +260,4 @@ fn remove_socket(socket: &Path) {
     }
     #[cfg(not(unix))]
     let _ = socket;
-}
-
-/// Resident set size of this process, where the OS reports it.
-pub fn rss_bytes() -> Option<u64> {
-    #[cfg(target_os = "linux")]
-    {
-        let status = std::fs::read_to_string("/proc/self/status").ok()?;
-        let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-        let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-        Some(kb * 1024)
-    }
-    #[cfg(not(target_os = "linux"))]
-    None
 }

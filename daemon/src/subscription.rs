@@ -7,34 +7,34 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::follower::{Follow, Follower};
-use crate::server::ServerStats;
+use crate::outbound::Outbound;
+use crate::state::DaemonState;
 use crate::store::EventJson;
 
 pub struct Subscription {
     pub id: String,
     pub follower: Follower,
-    pub out: mpsc::Sender<Vec<u8>>,
+    pub out: Outbound,
     pub heartbeat: Duration,
-    pub stats: Arc<ServerStats>,
+    pub state: Arc<DaemonState>,
 }
 
 /// Keeps `stats.subscriptions` right however the task ends, abort included.
-struct ActiveSubscription(Arc<ServerStats>);
+struct ActiveSubscription(Arc<DaemonState>);
 
 impl ActiveSubscription {
-    fn new(stats: Arc<ServerStats>) -> Self {
-        stats.subscriptions.fetch_add(1, Ordering::Relaxed);
-        ActiveSubscription(stats)
+    fn new(state: Arc<DaemonState>) -> Self {
+        state.stats.subscriptions.fetch_add(1, Ordering::Relaxed);
+        ActiveSubscription(state)
     }
 }
 
 impl Drop for ActiveSubscription {
     fn drop(&mut self) {
-        self.0.subscriptions.fetch_sub(1, Ordering::Relaxed);
+        self.0.stats.subscriptions.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -44,7 +44,7 @@ struct Stop;
 impl Subscription {
     /// Starts the feed in its own task; the count in `stats` follows the task's life.
     pub fn spawn(self) -> tokio::task::JoinHandle<()> {
-        let count = ActiveSubscription::new(self.stats.clone());
+        let count = ActiveSubscription::new(self.state.clone());
         let mut sub = self;
         tokio::spawn(async move {
             let _count = count;
@@ -76,7 +76,7 @@ impl Subscription {
                     self.notify("caught_up", &format!("\"lsn\":{lsn}")).await?;
                 }
                 Ok(Follow::Lagged { last_sent_lsn }) => {
-                    self.stats.lagged.fetch_add(1, Ordering::Relaxed);
+                    self.state.stats.lagged.fetch_add(1, Ordering::Relaxed);
                     self.notify("lagged", &format!("\"last_sent_lsn\":{last_sent_lsn}"))
                         .await?;
                 }

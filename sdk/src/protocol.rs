@@ -120,10 +120,15 @@ pub struct HelloResult {
 
 // ---- append ----
 
+/// `J` is how the event's JSON fields are held (see [`NewEvent`]).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct AppendParams {
+#[serde(bound(
+    serialize = "NewEvent<J>: Serialize",
+    deserialize = "NewEvent<J>: Deserialize<'de>"
+))]
+pub struct AppendParams<J = Value> {
     pub session_id: String,
-    pub event: NewEvent,
+    pub event: NewEvent<J>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -308,4 +313,13 @@ pub struct StatsResult {
     pub frame_errors: u64,
     /// Resident memory of the daemon in bytes, where the OS reports it.
     pub rss_bytes: Option<u64>,
+    /// Session logs open now (at most `store.max_open_files`).
+    #[serde(default)]
+    pub open_files: u64,
+    /// Bytes of requests held for clients now (at most `daemon.max_client_memory_bytes`).
+    #[serde(default)]
+    pub client_memory_bytes: u64,
+    /// Requests refused because that budget was spent.
+    #[serde(default)]
+    pub overloaded: u64,
 }

@@ -95,3 +95,53 @@ fn thousands_of_sessions_under_a_small_descriptor_limit() {
     let threads = d.proc_status("Threads");
     assert!(threads <= 32, "{threads} threads after the restart");
 }
+
+/// A subscriber that stops reading while large events are appended holds only a bounded
+/// amount of the daemon's memory (its outbound queue and the live stream are bounded in bytes);
+/// when it reads again it is told it lagged, and still gets every event once, in order.
+#[test]
+fn a_stalled_subscriber_of_large_events_costs_bounded_memory() {
+    const EVENTS: u64 = 240;
+    const EVENT_BYTES: usize = 512 * 1024;
+    let d = Daemon::start_with(
+        "[store]\nfsync = \"never\"\n[subscriptions]\noutbound_bytes = 1048576\nlive_buffer_bytes = 4194304\n",
+    );
+    let mut stalled = d.client();
+    let r = stalled.ok("subscribe", json!({"session_id": "big", "from_lsn": 1}));
+    let sub = r["subscription"].as_str().unwrap().to_string();
+
+    let mut w = d.client();
+    let text = "x".repeat(EVENT_BYTES);
+    for i in 0..EVENTS {
+        w.append("big", "blob", json!({"i": i, "text": text}));
+    }
+    let rss = w.ok("stats", json!({}))["rss_bytes"].as_u64().unwrap();
+    let appended = EVENTS as usize * EVENT_BYTES;
+    assert!(
+        rss < 96 << 20,
+        "daemon RSS is {} MiB with a stalled subscriber after {} MiB of events",
+        rss >> 20,
+        appended >> 20
+    );
+
+    let mut next = 1;
+    let mut lagged = 0;
+    while next <= EVENTS {
+        let n = stalled
+            .next_notification(std::time::Duration::from_secs(30))
+            .unwrap_or_else(|| panic!("no notification while waiting for lsn {next}"));
+        let p = &n["params"];
+        assert_eq!(p["subscription"], json!(sub), "{n}");
+        match n["method"].as_str().unwrap() {
+            "event" => {
+                assert_eq!(lsn_of(&p["event"]), next, "each event once, in order");
+                assert_eq!(p["event"]["payload"]["i"], json!(next - 1));
+                next += 1;
+            }
+            "lagged" => lagged += 1,
+            "caught_up" | "heartbeat" => {}
+            other => panic!("unexpected notification {other}: {n}"),
+        }
+    }
+    assert!(lagged > 0, "the stalled subscriber must be told it lagged");
+}

@@ -50,7 +50,7 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(dstream_daemon::run(config))?;
+    runtime.block_on(dstream_daemon::server::run_until_signal(config))?;
     Ok(ExitCode::SUCCESS)
 }
 

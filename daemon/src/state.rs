@@ -1,0 +1,80 @@
+//! What every part of the running daemon shares: the configuration, the store, the stream of
+//! committed events, the counters and the memory budget for clients. It sits below the socket
+//! layer, so that the flow reads top-down (server → connection → rpc → store → hub →
+//! observers) with no module reaching back up.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Instant;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::config::Config;
+use crate::hub::Hub;
+use crate::store::Store;
+
+/// Counters for `stats`.
+#[derive(Debug, Default)]
+pub struct ServerStats {
+    pub connections: AtomicU64,
+    pub subscriptions: AtomicU64,
+    pub lagged: AtomicU64,
+    pub frame_errors: AtomicU64,
+    /// Requests refused because the memory budget for clients was spent.
+    pub overloaded: AtomicU64,
+}
+
+pub struct DaemonState {
+    pub config: Config,
+    pub store: Store,
+    pub hub: Arc<Hub>,
+    pub stats: ServerStats,
+    pub memory: MemoryBudget,
+    pub started: Instant,
+}
+
+/// Bytes of requests the daemon holds for all clients together (frames being handled,
+/// appends waiting for their commit). Past it, new requests are refused with a clear error
+/// instead of the daemon growing until the OS kills it.
+pub struct MemoryBudget {
+    permits: Arc<Semaphore>,
+    cap: usize,
+}
+
+impl MemoryBudget {
+    pub fn new(cap_bytes: usize) -> MemoryBudget {
+        let cap = cap_bytes.clamp(1, Semaphore::MAX_PERMITS);
+        MemoryBudget {
+            permits: Arc::new(Semaphore::new(cap)),
+            cap,
+        }
+    }
+
+    /// Takes `bytes` from the budget until the returned charge is dropped; `None` when spent.
+    pub fn try_charge(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
+        let n = u32::try_from(bytes.clamp(1, self.cap)).unwrap_or(u32::MAX);
+        self.permits.clone().try_acquire_many_owned(n).ok()
+    }
+
+    /// Bytes currently held for clients.
+    pub fn in_use(&self) -> usize {
+        self.cap - self.permits.available_permits()
+    }
+
+    pub fn cap(&self) -> usize {
+        self.cap
+    }
+}
+
+/// Resident set size of this process, where the OS reports it.
+pub fn rss_bytes() -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+        let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kb * 1024)
+    }
+    #[cfg(not(target_os = "linux"))]
+    None
+}
