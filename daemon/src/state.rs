@@ -78,3 +78,23 @@ pub fn rss_bytes() -> Option<u64> {
     #[cfg(not(target_os = "linux"))]
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_refuses_past_its_cap_and_recovers_when_charges_end() {
+        let budget = MemoryBudget::new(1000);
+        let a = budget.try_charge(600).unwrap();
+        assert!(budget.try_charge(600).is_none(), "600 + 600 > 1000");
+        let b = budget.try_charge(400).unwrap();
+        assert_eq!(budget.in_use(), 1000);
+        drop((a, b));
+        assert_eq!(budget.in_use(), 0);
+        // A request larger than the whole budget takes all of it rather than never fitting.
+        let all = budget.try_charge(5000).unwrap();
+        assert!(budget.try_charge(1).is_none());
+        drop(all);
+    }
+}

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use dstream_sdk::protocol::notifications;
+
 use crate::follower::{Follow, Follower};
 use crate::outbound::Outbound;
 use crate::state::DaemonState;
@@ -60,7 +62,7 @@ impl Subscription {
             let item = tokio::select! {
                 item = self.follower.next() => item,
                 _ = tokio::time::sleep_until(idle_until), if live => {
-                    self.notify("heartbeat", &format!("\"lsn\":{last_sent}")).await?;
+                    self.notify(notifications::HEARTBEAT, &format!("\"lsn\":{last_sent}")).await?;
                     idle_until = Instant::now() + self.heartbeat;
                     continue;
                 }
@@ -73,12 +75,16 @@ impl Subscription {
                 Ok(Follow::CaughtUp(lsn)) => {
                     live = true;
                     last_sent = lsn;
-                    self.notify("caught_up", &format!("\"lsn\":{lsn}")).await?;
+                    self.notify(notifications::CAUGHT_UP, &format!("\"lsn\":{lsn}"))
+                        .await?;
                 }
                 Ok(Follow::Lagged { last_sent_lsn }) => {
                     self.state.stats.lagged.fetch_add(1, Ordering::Relaxed);
-                    self.notify("lagged", &format!("\"last_sent_lsn\":{last_sent_lsn}"))
-                        .await?;
+                    self.notify(
+                        notifications::LAGGED,
+                        &format!("\"last_sent_lsn\":{last_sent_lsn}"),
+                    )
+                    .await?;
                 }
                 Err(e) => return self.fail(&e.to_string()).await,
             }
@@ -88,7 +94,7 @@ impl Subscription {
 
     async fn fail(&mut self, message: &str) -> Result<(), Stop> {
         let message = serde_json::to_string(message).unwrap_or_default();
-        self.notify("error", &format!("\"message\":{message}"))
+        self.notify(notifications::ERROR, &format!("\"message\":{message}"))
             .await?;
         Err(Stop)
     }

@@ -467,23 +467,23 @@ fn route(shared: &Shared, frame: ServerFrame) {
 fn decode_notification(method: &str, params: Value) -> Result<SubscriptionItem, Error> {
     let bad = |e: serde_json::Error| Error::Protocol(format!("{method} notification: {e}"));
     Ok(match method {
-        "event" => {
+        notifications::EVENT => {
             let n: EventNotification = serde_json::from_value(params).map_err(bad)?;
             SubscriptionItem::Event(Box::new(n.event))
         }
-        "caught_up" => {
+        notifications::CAUGHT_UP => {
             let n: PositionNotification = serde_json::from_value(params).map_err(bad)?;
             SubscriptionItem::CaughtUp { lsn: n.lsn }
         }
-        "heartbeat" => {
+        notifications::HEARTBEAT => {
             let n: PositionNotification = serde_json::from_value(params).map_err(bad)?;
             SubscriptionItem::Heartbeat { lsn: n.lsn }
         }
-        "error" => {
+        notifications::ERROR => {
             let n: ErrorNotification = serde_json::from_value(params).map_err(bad)?;
             return Err(Error::SubscriptionFailed(n.message));
         }
-        "lagged" => {
+        notifications::LAGGED => {
             let n: LaggedNotification = serde_json::from_value(params).map_err(bad)?;
             SubscriptionItem::Lagged {
                 last_sent_lsn: n.last_sent_lsn,
@@ -491,12 +491,6 @@ fn decode_notification(method: &str, params: Value) -> Result<SubscriptionItem, 
         }
         other => return Err(Error::Protocol(format!("unknown notification {other:?}"))),
     })
-}
-
-/// `error`: the daemon ended the subscription because its feed failed.
-#[derive(serde::Deserialize)]
-struct ErrorNotification {
-    message: String,
 }
 
 #[cfg(all(test, unix))]

@@ -2,7 +2,8 @@
 //!
 //! Requests carry an `id`; the daemon answers each with a response carrying the same `id`.
 //! Server-initiated messages (subscription traffic) are notifications without an `id`:
-//! `event`, `caught_up`, `lagged` and `heartbeat`, each with a `subscription` field.
+//! `event`, `caught_up`, `lagged`, `heartbeat` and `error`, each with a `subscription` field
+//! (see [`notifications`]).
 //!
 //! Method names and the shapes below are stable; new optional fields may be added.
 
@@ -201,6 +202,23 @@ pub struct EventNotification {
 pub struct PositionNotification {
     pub subscription: String,
     pub lsn: u64,
+}
+
+/// `error`: the daemon ended the subscription because its feed failed (for example a record
+/// of the log failed its checksum while being read).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ErrorNotification {
+    pub subscription: String,
+    pub message: String,
+}
+
+/// Names of the notifications a subscription sends.
+pub mod notifications {
+    pub const EVENT: &str = "event";
+    pub const CAUGHT_UP: &str = "caught_up";
+    pub const HEARTBEAT: &str = "heartbeat";
+    pub const LAGGED: &str = "lagged";
+    pub const ERROR: &str = "error";
 }
 
 /// `lagged`: the subscriber fell behind the live feed; the daemon resumes from disk after
