@@ -254,12 +254,9 @@ impl Committer {
             return;
         }
         if self.settings.fsync != FsyncPolicy::Never {
-            for session in self.dirty.values() {
-                if let Err(e) = session.read_handle().and_then(|f| f.sync_data()) {
-                    let reason = format!("syncing the log of {} failed: {e}", session.id);
-                    self.fail(reason);
-                    return;
-                }
+            if let Some(reason) = sync_logs(self.dirty.values().collect()) {
+                self.fail(reason);
+                return;
             }
             // New logs are durable only once their directory entries are.
             if let Err(e) = super::fsutil::sync_dir(&self.sessions_dir) {
@@ -549,6 +546,48 @@ impl Committer {
             tracing::warn!(session = %session.id, error = %e, "could not extend the index file");
         }
     }
+}
+
+/// Most threads a checkpoint syncs logs with: syncs of different files proceed in parallel in
+/// the kernel (and share journal commits), so a checkpoint over many sessions is not a long
+/// queue of one sync after another. The threads live only for the checkpoint.
+const CHECKPOINT_THREADS: usize = 8;
+
+/// Syncs the logs of `sessions`; the first failure, if any.
+fn sync_logs(sessions: Vec<&Arc<Session>>) -> Option<String> {
+    let sync = |chunk: &[&Arc<Session>]| {
+        chunk.iter().find_map(|s| {
+            let synced = s.read_handle().and_then(|f| f.sync_data());
+            synced
+                .err()
+                .map(|e| format!("syncing the log of {} failed: {e}", s.id))
+        })
+    };
+    if sessions.len() <= 1 {
+        return sync(&sessions);
+    }
+    let per_thread = sessions.len().div_ceil(CHECKPOINT_THREADS);
+    std::thread::scope(|scope| {
+        let running: Vec<_> = sessions
+            .chunks(per_thread)
+            .map(|chunk| {
+                std::thread::Builder::new()
+                    .name("dstream-checkpoint".into())
+                    .spawn_scoped(scope, move || sync(chunk))
+                    // No thread to be had: sync this share here.
+                    .map_err(|_| sync(chunk))
+            })
+            .collect();
+        running
+            .into_iter()
+            .filter_map(|r| match r {
+                Ok(handle) => handle
+                    .join()
+                    .unwrap_or_else(|_| Some("a checkpoint thread panicked".into())),
+                Err(failed) => failed,
+            })
+            .next()
+    })
 }
 
 fn approx_len(e: &NewEventRaw) -> usize {
