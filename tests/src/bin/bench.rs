@@ -552,17 +552,22 @@ impl Bench<'_> {
             }
         };
         let socket = s.socket();
-        let (secs, mut errors, mut first) = rpc::pipelined(
-            &socket,
-            n,
-            MANY_CONNS,
-            MANY_WINDOW,
-            &make_append,
-            &check_lsn(1),
-        )?;
-        eprintln!("bench:   created in {secs:.2} s, errors {errors}");
+        let pid = d.pid();
+        let (r, fds_create) = with_peak_fds(pid, || {
+            rpc::pipelined(
+                &socket,
+                n,
+                MANY_CONNS,
+                MANY_WINDOW,
+                &make_append,
+                &check_lsn(1),
+            )
+        });
+        let (secs, mut errors, mut first) = r?;
+        eprintln!("bench:   created in {secs:.2} s, errors {errors}, peak open fds {fds_create:?}");
         let m = &mut self.ours;
         m.insert("many/create", n as f64 / secs);
+        fds_create.map(|v| m.insert("many/fds_create", v as f64));
         std::thread::sleep(Duration::from_millis(200));
         rss_mb(d.pid()).map(|v| m.insert("many/rss", v));
         status_field(d.pid(), "Threads").map(|v| m.insert("many/threads", v as f64));
@@ -581,14 +586,18 @@ impl Bench<'_> {
         let listed = rpc::Rpc::connect(&socket)?
             .call("sessions.list", "{}")
             .map(|v| v["sessions"].as_array().map_or(0, |a| a.len()))?;
-        let (_, e, f) = rpc::pipelined(
-            &socket,
-            n,
-            MANY_CONNS,
-            MANY_WINDOW,
-            &make_append,
-            &check_lsn(2),
-        )?;
+        let pid = d.pid();
+        let (r, fds_append) = with_peak_fds(pid, || {
+            rpc::pipelined(
+                &socket,
+                n,
+                MANY_CONNS,
+                MANY_WINDOW,
+                &make_append,
+                &check_lsn(2),
+            )
+        });
+        let (_, e, f) = r?;
         (errors, first) = (errors + e, first.or(f));
         let make_read = |i: u64, out: &mut String| {
             out.push_str(&format!(
@@ -611,9 +620,14 @@ impl Bench<'_> {
                 Err(format!("read of {}: {v}", many_id(i)))
             }
         };
-        let (_, e, f) =
-            rpc::pipelined(&socket, n, MANY_CONNS, MANY_WINDOW, &make_read, &check_read)?;
+        let (r, fds_read) = with_peak_fds(pid, || {
+            rpc::pipelined(&socket, n, MANY_CONNS, MANY_WINDOW, &make_read, &check_read)
+        });
+        let (_, e, f) = r?;
         (errors, first) = (errors + e, first.or(f));
+        eprintln!("bench:   peak open fds: second appends {fds_append:?}, reads {fds_read:?}");
+        fds_append.map(|v| m.insert("many/fds_append", v as f64));
+        fds_read.map(|v| m.insert("many/fds_read", v as f64));
         rss_mb(d.pid()).map(|v| m.insert("many/rss_touched", v));
         d.stop()?;
         eprintln!(
@@ -636,8 +650,10 @@ impl Bench<'_> {
             format!("no ({})", why.join("; "))
         };
         if let Some(f) = first {
-            self.notes
-                .push(format!("{n} sessions: first failed check: {f}"));
+            self.notes.push(format!(
+                "{} sessions: first failed check: {f}",
+                thousands(n)
+            ));
         }
         self.many_ok = Some(verdict);
         drop(dir);
@@ -868,6 +884,11 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
     for (k, what, better) in [
         ("many/create", "create rate, sessions/s", Better::Higher),
         (
+            "many/fds_create",
+            "daemon peak open fds while creating them (/proc/<pid>/fd, sampled)",
+            Better::Lower,
+        ),
+        (
             "many/rss",
             "daemon RSS MB after creating them",
             Better::Lower,
@@ -895,6 +916,16 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
         (
             "many/rss_touched",
             "daemon RSS MB after restart + one append and one read per session",
+            Better::Lower,
+        ),
+        (
+            "many/fds_append",
+            "daemon peak open fds during the second append to every session",
+            Better::Lower,
+        ),
+        (
+            "many/fds_read",
+            "daemon peak open fds while reading every session back",
             Better::Lower,
         ),
     ] {
@@ -1033,6 +1064,26 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
         }
     }
     out
+}
+
+/// Runs `f` while sampling how many descriptors process `pid` holds; returns the peak too.
+fn with_peak_fds<R>(pid: u32, f: impl FnOnce() -> R) -> (R, Option<u64>) {
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let sampler = s.spawn(|| {
+            let mut peak = None;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Some(n) = procs::fd_count(pid) {
+                    peak = peak.max(Some(n));
+                }
+                std::thread::sleep(Duration::from_micros(500));
+            }
+            peak
+        });
+        let r = f();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        (r, sampler.join().expect("fd sampler panicked"))
+    })
 }
 
 /// 10000 -> "10,000".

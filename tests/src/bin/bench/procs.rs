@@ -428,3 +428,8 @@ pub fn have_strace() -> bool {
         .status()
         .is_ok_and(|s| s.success())
 }
+
+/// How many file descriptors a process holds now.
+pub fn fd_count(pid: u32) -> Option<u64> {
+    Some(fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64)
+}
