@@ -23,12 +23,13 @@ mod stats;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result, bail};
 
-use load::{Appender, HttpAppender, LoadResult, RpcAppender, closed_loop};
-use procs::{DstreamSetup, RefSetup, rss_mb};
+use load::{Appender, HttpAppender, LoadResult, RpcAppender, closed_loop, push_append_request};
+use procs::{DstreamSetup, RefSetup, ctx_switches, rss_mb, status_field};
 use stats::{Better, Table, pcts};
 
 const FSYNC_ALWAYS: &str = "fsync = \"always\"";
@@ -41,6 +42,12 @@ const BULK_WINDOW: u64 = 256;
 const REF_BATCH: u64 = 1000;
 const READ_REPEATS: usize = 50;
 const RECOVERY_RUNS: usize = 3;
+/// The many-sessions scenario: sessions created, the daemon's open-file limit (soft and hard),
+/// and how they are driven (connections x requests in flight per connection).
+const MANY_SESSIONS: u64 = 10_000;
+const MANY_NOFILE: u64 = 256;
+const MANY_CONNS: usize = 4;
+const MANY_WINDOW: u64 = 64;
 
 struct Opts {
     warmup: Duration,
@@ -74,6 +81,7 @@ fn parse_args() -> Result<Opts> {
             "--quick" => {
                 o.warmup = Duration::from_millis(300);
                 o.measure = Duration::from_millis(1500);
+                o.events = 100_000;
             }
             "--events" => {
                 o.events = args
@@ -145,12 +153,18 @@ fn run() -> Result<()> {
 
     let load_start = loadavg();
     let cpu_start = cpu_times();
+    let strace = procs::have_strace();
+    if !strace && ref_bin.is_some() {
+        eprintln!("bench: strace not found: the reference's appends per fdatasync stay unmeasured");
+    }
     let mut b = Bench {
         o: &o,
         tmp_root,
         ours: Metrics::new(),
         theirs: Metrics::new(),
         notes: Vec::new(),
+        strace,
+        many_ok: None,
     };
     let (d, r) = (dstream_bin.as_deref(), ref_bin.as_deref());
     if let Some(bin) = d {
@@ -174,6 +188,7 @@ fn run() -> Result<()> {
             b.dstream_appends(bin, "interval", scenario)?;
         }
         b.dstream_subscriber(bin)?;
+        b.dstream_many(bin)?;
         b.dstream_big(bin)?;
     }
     if let Some(bin) = r {
@@ -193,7 +208,7 @@ fn run() -> Result<()> {
             100.0 * (s1 - s0) as f64 / (t1 - t0) as f64
         ));
     }
-    let out = render(&o, &load, &b.ours, &b.theirs, &b.notes, &fs_type, &fs_dev);
+    let out = render(&o, &load, &b, &fs_type, &fs_dev);
     println!("{out}");
     let path = repo.join(".bench-cache/last-bench.md");
     std::fs::write(&path, &out).with_context(|| format!("writing {}", path.display()))?;
@@ -210,12 +225,36 @@ fn sync_disk() {
     unsafe { libc::sync() };
 }
 
-/// (connections, shared session?, metric key prefix) of the append scenarios.
-const APPEND_SCENARIOS: [(usize, bool, &str); 3] = [
-    (1, false, "c1"),
-    (16, false, "c16"),
-    (16, true, "c16shared"),
+/// (connections, sessions, metric key prefix) of the append scenarios; connection k appends
+/// to session k % sessions.
+const APPEND_SCENARIOS: [(usize, usize, &str); 4] = [
+    (1, 1, "c1"),
+    (16, 1, "c16s1"),
+    (16, 4, "c16s4"),
+    (16, 16, "c16s16"),
 ];
+
+fn scenario_label(conns: usize, sessions: usize) -> String {
+    let plural = if sessions == 1 { "" } else { "s" };
+    format!("C={conns}, {sessions} session{plural}")
+}
+
+/// Server counters at one edge of the measured window.
+#[derive(Default)]
+struct Snap {
+    ctx: Option<u64>,
+    appends: Option<f64>,
+    fsyncs: Option<f64>,
+}
+
+fn delta(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    Some(b? - a?)
+}
+
+/// The id of session `i` of the many-sessions scenario.
+fn many_id(i: u64) -> String {
+    format!("many-{i:05}")
+}
 
 /// Metric keys are built from a few fixed parts; leaking them keeps the map simple.
 fn leak(s: String) -> &'static str {
@@ -229,6 +268,10 @@ struct Bench<'a> {
     ours: Metrics,
     theirs: Metrics,
     notes: Vec<String>,
+    /// strace is installed: the reference's fdatasync calls can be counted.
+    strace: bool,
+    /// The many-sessions verdict: every session appendable and readable under the low limit.
+    many_ok: Option<String>,
 }
 
 impl Bench<'_> {
@@ -237,6 +280,7 @@ impl Bench<'_> {
         let setup = DstreamSetup {
             bin: bin.into(),
             dir: dir.path().into(),
+            nofile: None,
         };
         Ok((dir, setup))
     }
@@ -304,59 +348,70 @@ impl Bench<'_> {
         &mut self,
         bin: &Path,
         policy: &str,
-        (conns, shared, key): (usize, bool, &str),
+        (conns, sessions, key): (usize, usize, &str),
     ) -> Result<()> {
         let store = if policy == "always" {
             FSYNC_ALWAYS
         } else {
             FSYNC_INTERVAL
         };
-        let label = format!(
-            "fsync={policy} C={conns}{}",
-            if shared { " shared session" } else { "" }
-        );
+        let label = format!("fsync={policy} {}", scenario_label(conns, sessions));
         eprintln!("bench: dstream: appends, {label}");
         let (dir, s) = self.dstream(bin, "dstream-")?;
         let (d, _) = s.start(store)?;
         let appenders = (0..conns)
             .map(|k| {
-                let session = if shared {
-                    "bench-shared".to_string()
-                } else {
-                    format!("bench-{k}")
-                };
+                let session = format!("bench-{}", k % sessions);
                 Ok(Box::new(RpcAppender::connect(&s.socket(), &session)?) as Box<dyn Appender>)
             })
             .collect::<Result<Vec<_>>>()?;
-        let rss_pid = (policy == "always" && conns == 16 && !shared).then(|| d.pid());
-        let r = closed_loop(appenders, self.o.warmup, self.o.measure, rss_pid);
-        // The daemon's own counters show how well appends shared fsyncs (group commit).
-        let stats = rpc::Rpc::connect(&s.socket()).and_then(|mut c| c.call("stats", "{}"));
-        d.stop()?;
-        match stats {
-            Ok(v) => {
-                let (appends, fsyncs, bytes) = (
-                    v["appends"].as_f64(),
-                    v["fsyncs"].as_f64(),
-                    v["bytes_written"].as_f64(),
-                );
-                eprintln!(
-                    "bench:   daemon stats: appends {appends:?}, fsyncs {fsyncs:?}, bytes_written {bytes:?}"
-                );
-                if let (Some(a), Some(f)) = (appends, fsyncs)
-                    && policy == "always"
-                    && f > 0.0
-                {
-                    self.ours
-                        .insert(leak(format!("{policy}/{key}/perfsync")), a / f);
-                }
-                if let (Some(a), Some(b)) = (appends, bytes)
-                    && a > 0.0
-                {
-                    self.ours.insert("bytes/event", b / a);
-                }
+        let pid = d.pid();
+        let rss_pid = (policy == "always" && conns == 16 && sessions == 16).then_some(pid);
+        // The daemon's own counters, read at both edges of the measured window, show how well
+        // appends shared fsyncs (group commit); context switches come from /proc.
+        let probe_rpc = Mutex::new(rpc::Rpc::connect(&s.socket())?);
+        let probe = || {
+            let ctx = ctx_switches(pid);
+            let stats = probe_rpc.lock().unwrap().call("stats", "{}");
+            if let Err(e) = &stats {
+                eprintln!("bench:   warning: `stats` failed: {e:#}");
             }
-            Err(e) => eprintln!("bench:   warning: `stats` failed: {e:#}"),
+            let stats = stats.unwrap_or_default();
+            Snap {
+                ctx,
+                appends: stats["appends"].as_f64(),
+                fsyncs: stats["fsyncs"].as_f64(),
+            }
+        };
+        let (r, before, after) =
+            closed_loop(appenders, self.o.warmup, self.o.measure, rss_pid, &probe);
+        let stats = probe_rpc.lock().unwrap().call("stats", "{}");
+        d.stop()?;
+        let done = r.lat_ns.len() as f64;
+        let (appends, fsyncs) = (
+            delta(before.appends, after.appends),
+            delta(before.fsyncs, after.fsyncs),
+        );
+        eprintln!(
+            "bench:   measured window: daemon appends {appends:?}, fsyncs {fsyncs:?}, context switches {:?}",
+            delta(before.ctx.map(|v| v as f64), after.ctx.map(|v| v as f64))
+        );
+        let m = &mut self.ours;
+        if let (Some(a), Some(f)) = (appends, fsyncs)
+            && f > 0.0
+        {
+            m.insert(leak(format!("{policy}/{key}/perfsync")), a / f);
+        }
+        if let (Some(c0), Some(c1)) = (before.ctx, after.ctx)
+            && done > 0.0
+        {
+            m.insert(leak(format!("{policy}/{key}/ctx")), (c1 - c0) as f64 / done);
+        }
+        if let Ok(v) = stats
+            && let (Some(a), Some(b)) = (v["appends"].as_f64(), v["bytes_written"].as_f64())
+            && a > 0.0
+        {
+            m.insert("bytes/event", b / a);
         }
         self.record_load(true, &format!("{policy}/{key}"), &label, r);
         drop(dir);
@@ -367,30 +422,240 @@ impl Bench<'_> {
     fn reference_appends(
         &mut self,
         bin: &Path,
-        (conns, shared, key): (usize, bool, &str),
+        (conns, sessions, key): (usize, usize, &str),
     ) -> Result<()> {
         let label = format!(
-            "wal C={conns}{}",
-            if shared { " shared stream" } else { "" }
+            "wal {}",
+            scenario_label(conns, sessions).replace("session", "stream")
         );
         eprintln!("bench: reference: appends, {label}");
         let (dir, s) = self.reference(bin, "ref-")?;
         let (server, _, addr) = s.start()?;
-        let appenders = (0..conns)
-            .map(|k| {
-                let stream = if shared {
-                    "bench-shared".to_string()
-                } else {
-                    format!("bench-{k}")
-                };
-                Ok(Box::new(HttpAppender::connect(&addr, &stream)?) as Box<dyn Appender>)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let rss_pid = (conns == 16 && !shared).then(|| server.pid());
-        let r = closed_loop(appenders, self.o.warmup, self.o.measure, rss_pid);
+        let appenders = self.ref_appenders(&addr, conns, sessions)?;
+        let pid = server.pid();
+        let rss_pid = (conns == 16 && sessions == 16).then_some(pid);
+        let probe = || ctx_switches(pid);
+        let (r, c0, c1) = closed_loop(appenders, self.o.warmup, self.o.measure, rss_pid, &probe);
         server.stop()?;
+        let done = r.lat_ns.len() as f64;
+        if let (Some(c0), Some(c1)) = (c0, c1)
+            && done > 0.0
+        {
+            eprintln!("bench:   measured window: context switches {}", c1 - c0);
+            self.theirs
+                .insert(leak(format!("always/{key}/ctx")), (c1 - c0) as f64 / done);
+        }
         // The reference has one durable mode; its rows sit next to dstream's fsync=always.
         self.record_load(false, &format!("always/{key}"), &label, r);
+        drop(dir);
+        sync_disk();
+        if self.strace {
+            self.reference_fsyncs(bin, (conns, sessions, key))?;
+        }
+        Ok(())
+    }
+
+    fn ref_appenders(
+        &self,
+        addr: &str,
+        conns: usize,
+        sessions: usize,
+    ) -> Result<Vec<Box<dyn Appender>>> {
+        (0..conns)
+            .map(|k| {
+                let stream = format!("bench-{}", k % sessions);
+                Ok(Box::new(HttpAppender::connect(addr, &stream)?) as Box<dyn Appender>)
+            })
+            .collect()
+    }
+
+    /// A second, separate run of the same scenario under strace, counting the reference's
+    /// fsync/fdatasync calls in the measured window (kept apart so that tracing does not
+    /// touch the throughput, latency and context-switch figures).
+    fn reference_fsyncs(
+        &mut self,
+        bin: &Path,
+        (conns, sessions, key): (usize, usize, &str),
+    ) -> Result<()> {
+        eprintln!(
+            "bench: reference: fdatasync count under strace, {}",
+            scenario_label(conns, sessions)
+        );
+        let (dir, s) = self.reference(bin, "ref-strace-")?;
+        let trace = dir.path().join("strace.out");
+        let (server, _, addr) = s.start_traced(Some(&trace))?;
+        let appenders = self.ref_appenders(&addr, conns, sessions)?;
+        let now = || {
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64())
+        };
+        let (r, t0, t1) = closed_loop(appenders, self.o.warmup, self.o.measure, None, &now);
+        server.stop()?;
+        let text = std::fs::read_to_string(&trace).unwrap_or_default();
+        // Lines are `<tid> <epoch secs> fdatasync(…`; a call split by another thread's shows
+        // once with `(` (the `<… resumed>` half has none).
+        let syncs = text
+            .lines()
+            .filter(|l| l.contains("fdatasync(") || l.contains("fsync("))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+            .filter(|t| (t0..t1).contains(t))
+            .count();
+        let done = r.lat_ns.len();
+        eprintln!(
+            "bench:   traced: {:.0} appends/s, {done} appends and {syncs} fsync/fdatasync calls in the window, errors {}",
+            r.per_sec, r.errors
+        );
+        if syncs > 0 && r.errors == 0 {
+            self.theirs.insert(
+                leak(format!("always/{key}/perfsync")),
+                done as f64 / syncs as f64,
+            );
+        } else {
+            self.notes.push(format!(
+                "reference under strace, {}: {syncs} fsync/fdatasync calls, {} errors; not reported",
+                scenario_label(conns, sessions),
+                r.errors
+            ));
+        }
+        drop(dir);
+        sync_disk();
+        Ok(())
+    }
+
+    /// Many sessions under a low open-file limit: create them, measure memory and threads,
+    /// restart, then check that every session takes an append and reads back.
+    fn dstream_many(&mut self, bin: &Path) -> Result<()> {
+        let n = MANY_SESSIONS;
+        eprintln!(
+            "bench: dstream: {n} sessions, one append each, RLIMIT_NOFILE {MANY_NOFILE} (fsync=always)"
+        );
+        let (dir, mut s) = self.dstream(bin, "dstream-many-")?;
+        s.nofile = Some(MANY_NOFILE);
+        let (d, _) = s.start(FSYNC_ALWAYS)?;
+        let limits = procs::nofile_limits(d.pid());
+        let want = MANY_NOFILE.to_string();
+        let limited = limits
+            .as_ref()
+            .is_some_and(|(soft, hard)| *soft == want && *hard == want);
+        eprintln!("bench:   daemon open-file limits (soft, hard): {limits:?}");
+        let make_append = |i: u64, out: &mut String| {
+            push_append_request(out, i, &many_id(i), i, None);
+        };
+        let check_lsn = |lsn: u64| {
+            move |i: u64, v: &serde_json::Value| {
+                if v["result"]["lsn"].as_u64() == Some(lsn) {
+                    Ok(())
+                } else {
+                    Err(format!("append to {}: {v}", many_id(i)))
+                }
+            }
+        };
+        let socket = s.socket();
+        let pid = d.pid();
+        let (r, fds_create) = with_peak_fds(pid, || {
+            rpc::pipelined(
+                &socket,
+                n,
+                MANY_CONNS,
+                MANY_WINDOW,
+                &make_append,
+                &check_lsn(1),
+            )
+        });
+        let (secs, mut errors, mut first) = r?;
+        eprintln!("bench:   created in {secs:.2} s, errors {errors}, peak open fds {fds_create:?}");
+        let m = &mut self.ours;
+        m.insert("many/create", n as f64 / secs);
+        fds_create.map(|v| m.insert("many/fds_create", v as f64));
+        std::thread::sleep(Duration::from_millis(200));
+        rss_mb(d.pid()).map(|v| m.insert("many/rss", v));
+        status_field(d.pid(), "Threads").map(|v| m.insert("many/threads", v as f64));
+        d.stop()?;
+        sync_disk();
+
+        let (d, ready) = s.start(FSYNC_ALWAYS)?;
+        m.insert("many/restart", ready.as_secs_f64() * 1e3);
+        rss_mb(d.pid()).map(|v| m.insert("many/rss_restart", v));
+        status_field(d.pid(), "Threads").map(|v| m.insert("many/threads_restart", v as f64));
+        eprintln!(
+            "bench:   restart to ready: {:.1} ms",
+            ready.as_secs_f64() * 1e3
+        );
+
+        let listed = rpc::Rpc::connect(&socket)?
+            .call("sessions.list", "{}")
+            .map(|v| v["sessions"].as_array().map_or(0, |a| a.len()))?;
+        let pid = d.pid();
+        let (r, fds_append) = with_peak_fds(pid, || {
+            rpc::pipelined(
+                &socket,
+                n,
+                MANY_CONNS,
+                MANY_WINDOW,
+                &make_append,
+                &check_lsn(2),
+            )
+        });
+        let (_, e, f) = r?;
+        (errors, first) = (errors + e, first.or(f));
+        let make_read = |i: u64, out: &mut String| {
+            out.push_str(&format!(
+                "{{\"jsonrpc\":\"2.0\",\"id\":{i},\"method\":\"read\",\"params\":{{\"session_id\":\"{}\",\"from_lsn\":1,\"limit\":2}}}}\n",
+                many_id(i)
+            ));
+        };
+        let check_read = |i: u64, v: &serde_json::Value| {
+            let events = v["result"]["events"].as_array();
+            let ok = events.is_some_and(|e| {
+                e.len() == 2
+                    && e.iter().enumerate().all(|(k, ev)| {
+                        ev["lsn"].as_u64() == Some(k as u64 + 1)
+                            && ev["payload"]["seq"].as_u64() == Some(i)
+                    })
+            });
+            if ok {
+                Ok(())
+            } else {
+                Err(format!("read of {}: {v}", many_id(i)))
+            }
+        };
+        let (r, fds_read) = with_peak_fds(pid, || {
+            rpc::pipelined(&socket, n, MANY_CONNS, MANY_WINDOW, &make_read, &check_read)
+        });
+        let (_, e, f) = r?;
+        (errors, first) = (errors + e, first.or(f));
+        eprintln!("bench:   peak open fds: second appends {fds_append:?}, reads {fds_read:?}");
+        fds_append.map(|v| m.insert("many/fds_append", v as f64));
+        fds_read.map(|v| m.insert("many/fds_read", v as f64));
+        rss_mb(d.pid()).map(|v| m.insert("many/rss_touched", v));
+        d.stop()?;
+        eprintln!(
+            "bench:   sessions.list: {listed}; append+read check errors: {errors}; first: {first:?}"
+        );
+        let ok = limited && listed as u64 == n && errors == 0;
+        let verdict = if ok {
+            "yes".to_string()
+        } else {
+            let mut why = Vec::new();
+            if !limited {
+                why.push(format!("daemon limits were {limits:?}"));
+            }
+            if listed as u64 != n {
+                why.push(format!("sessions.list gave {listed}"));
+            }
+            if errors > 0 {
+                why.push(format!("{errors} failed appends/reads"));
+            }
+            format!("no ({})", why.join("; "))
+        };
+        if let Some(f) = first {
+            self.notes.push(format!(
+                "{} sessions: first failed check: {f}",
+                thousands(n)
+            ));
+        }
+        self.many_ok = Some(verdict);
         drop(dir);
         sync_disk();
         Ok(())
@@ -433,6 +698,7 @@ impl Bench<'_> {
             let s = DstreamSetup {
                 bin: bin.into(),
                 dir: dir.path().into(),
+                nofile: None,
             };
             (dir, s)
         };
@@ -547,55 +813,56 @@ impl Bench<'_> {
     }
 }
 
-fn render(
-    o: &Opts,
-    load: &str,
-    ours: &Metrics,
-    theirs: &Metrics,
-    notes: &[String],
-    fs_type: &str,
-    fs_dev: &str,
-) -> String {
+fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> String {
+    let (ours, theirs, notes) = (&b.ours, &b.theirs, &b.notes);
     let mut t = Table::default();
     for (policy, ref_side) in [("always", true), ("interval", false)] {
-        for (conns, shared, key) in APPEND_SCENARIOS {
-            let what = if shared {
-                format!("C={conns}, one shared session")
-            } else if conns == 1 {
-                "C=1".to_string()
-            } else {
-                format!("C={conns}, own sessions")
-            };
-            let mode = if policy == "always" {
-                "fsync=always vs ref wal"
-            } else {
-                "fsync=interval 20 ms"
-            };
-            for (suffix, unit, better) in [
-                ("s", "throughput appends/s", Better::Higher),
-                ("p50", "latency p50 µs", Better::Lower),
-                ("p99", "latency p99 µs", Better::Lower),
-            ] {
+        let mode = if policy == "always" {
+            "fsync=always vs ref wal"
+        } else {
+            "fsync=interval 20 ms"
+        };
+        for (conns, sessions, key) in APPEND_SCENARIOS {
+            let what = scenario_label(conns, sessions);
+            let mut rows = vec![
+                (
+                    "s",
+                    format!("append throughput appends/s, {what} ({mode})"),
+                    Better::Higher,
+                ),
+                (
+                    "p50",
+                    format!("append latency p50 µs, {what} ({mode})"),
+                    Better::Lower,
+                ),
+                (
+                    "p99",
+                    format!("append latency p99 µs, {what} ({mode})"),
+                    Better::Lower,
+                ),
+            ];
+            if policy == "always" {
+                rows.push((
+                    "perfsync",
+                    format!(
+                        "appends per fdatasync, {what} (dstream: `stats` appends/fsyncs deltas; ref: fsync+fdatasync calls counted by strace in a separate run)"
+                    ),
+                    Better::Higher,
+                ));
+                rows.push((
+                    "ctx",
+                    format!("server context switches per append, {what} (all threads, /proc)"),
+                    Better::Lower,
+                ));
+            }
+            for (suffix, metric, better) in rows {
                 let k = format!("{policy}/{key}/{suffix}");
                 let theirs_v = if ref_side {
                     theirs.get(k.as_str()).copied()
                 } else {
                     None
                 };
-                t.add(
-                    format!("append {unit}, {what} ({mode})"),
-                    ours.get(k.as_str()).copied(),
-                    theirs_v,
-                    better,
-                );
-                if suffix == "p99" && policy == "always" {
-                    t.add(
-                        format!("appends per fsync (daemon `stats`, warm-up included), {what}, fsync=always"),
-                        ours.get(format!("{policy}/{key}/perfsync").as_str()).copied(),
-                        None,
-                        Better::Higher,
-                    );
-                }
+                t.add(metric, ours.get(k.as_str()).copied(), theirs_v, better);
             }
         }
     }
@@ -611,6 +878,63 @@ fn render(
         get(ours, "sub/p99"),
         None,
         Better::Lower,
+    );
+    let n = thousands(MANY_SESSIONS);
+    let many = format!("{n} sessions, ulimit -n {MANY_NOFILE}");
+    for (k, what, better) in [
+        ("many/create", "create rate, sessions/s", Better::Higher),
+        (
+            "many/fds_create",
+            "daemon peak open fds while creating them (/proc/<pid>/fd, sampled)",
+            Better::Lower,
+        ),
+        (
+            "many/rss",
+            "daemon RSS MB after creating them",
+            Better::Lower,
+        ),
+        (
+            "many/threads",
+            "daemon threads after creating them",
+            Better::Lower,
+        ),
+        (
+            "many/restart",
+            "restart to ready (SIGTERM, spawn until `hello`), ms",
+            Better::Lower,
+        ),
+        (
+            "many/rss_restart",
+            "daemon RSS MB right after restart",
+            Better::Lower,
+        ),
+        (
+            "many/threads_restart",
+            "daemon threads right after restart",
+            Better::Lower,
+        ),
+        (
+            "many/rss_touched",
+            "daemon RSS MB after restart + one append and one read per session",
+            Better::Lower,
+        ),
+        (
+            "many/fds_append",
+            "daemon peak open fds during the second append to every session",
+            Better::Lower,
+        ),
+        (
+            "many/fds_read",
+            "daemon peak open fds while reading every session back",
+            Better::Lower,
+        ),
+    ] {
+        t.add(format!("{many}: {what}"), get(ours, k), None, better);
+    }
+    t.add_text(
+        format!("{n} sessions under ulimit -n {MANY_NOFILE}: all appendable/readable"),
+        b.many_ok.clone().unwrap_or_else(|| "–".into()),
+        "–".into(),
     );
     t.add_incomparable(
         format!("bulk load {} events, events/s (dstream: fsync=never, pipelined single appends; ref: wal, {REF_BATCH}-event array POSTs)", o.events),
@@ -680,7 +1004,7 @@ fn render(
         Better::Lower,
     );
     t.add(
-        "RSS under load MB (max during C=16 own sessions)",
+        "RSS under load MB (max during C=16, 16 sessions, durable)",
         get(ours, "rss/load"),
         get(theirs, "rss/load"),
         Better::Lower,
@@ -695,11 +1019,21 @@ fn render(
          {warm:.1} s warm-up + {measure:.1} s measured per scenario; a fresh server and data dir per scenario; \
          the two servers never run at the same time.\n\
          - dstream (release build of this workspace): JSON-RPC `append` over its Unix socket; `[store] fsync = \"always\"` \
-         (ack after fsync, group commit) or `\"interval\"` with `fsync_interval_ms = 20`; C connections each to its own session, \
-         or all to one shared session.\n\
+         (ack after fsync, group commit) or `\"interval\"` with `fsync_interval_ms = 20`; C connections over S sessions \
+         (connection k appends to session k mod S).\n\
          - Reference: durable-streams-server {refv} (`cargo install durable-streams`), `--durability wal` (its only durable mode: \
          its WAL is fdatasync'd before the 204), default shards/worker threads; loopback HTTP/1.1 keep-alive, \
-         `PUT /bench-<k>` once, then `POST /bench-<k>` per event; C connections each to its own stream, or one shared stream.\n\
+         `PUT /bench-<k mod S>` once, then `POST /bench-<k mod S>` per event.\n\
+         - Appends per fdatasync and context switches per append cover the measured window only: dstream's `stats` \
+         counters and the sum of voluntary+nonvoluntary switches over /proc/<pid>/task/*/status, read when the window \
+         opens and closes, divided by the appends completed in it. The reference's fsync/fdatasync calls are counted in \
+         a second run of the same scenario under `strace -f --seccomp-bpf` (only those calls stop the server), so that \
+         tracing does not touch its other figures.\n\
+         - Many sessions (dstream only): the daemon starts with RLIMIT_NOFILE {nofile} (soft and hard) and fsync=always; \
+         {many} sessions are created with one append each ({MANY_CONNS} connections x {MANY_WINDOW} pipelined requests); \
+         RSS and `Threads:` from /proc; then SIGTERM and restart (spawn until `hello`); \"all appendable/readable\" = \
+         the limits in /proc/<pid>/limits are {nofile}, every creating append succeeded, `sessions.list` counts {many} after \
+         the restart, and every session then takes a second append (LSN 2) and reads back LSNs 1-2 with the right payloads.\n\
          - Subscriber latency: a `subscribe` connection on session `lat`, a C=1 appender stamping each event with its send time.\n\
          - Big session: {events} events, loaded with fsync=never, {BULK_CONNS} connections x {BULK_WINDOW} pipelined appends \
          (reference: {REF_BATCH}-event JSON-array POSTs); read/restart numbers with the page cache warm; \
@@ -718,6 +1052,8 @@ fn render(
         measure = o.measure.as_secs_f64(),
         refv = procs::REFERENCE_VERSION,
         events = o.events,
+        nofile = MANY_NOFILE,
+        many = thousands(MANY_SESSIONS),
         tail_from = o.events.saturating_sub(99),
     );
     let mut out = t.render(&header);
@@ -726,6 +1062,39 @@ fn render(
         for n in notes {
             out.push_str(&format!("- {n}\n"));
         }
+    }
+    out
+}
+
+/// Runs `f` while sampling how many descriptors process `pid` holds; returns the peak too.
+fn with_peak_fds<R>(pid: u32, f: impl FnOnce() -> R) -> (R, Option<u64>) {
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let sampler = s.spawn(|| {
+            let mut peak = None;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Some(n) = procs::fd_count(pid) {
+                    peak = peak.max(Some(n));
+                }
+                std::thread::sleep(Duration::from_micros(500));
+            }
+            peak
+        });
+        let r = f();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        (r, sampler.join().expect("fd sampler panicked"))
+    })
+}
+
+/// 10000 -> "10,000".
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
     }
     out
 }

@@ -179,18 +179,27 @@ pub struct LoadResult {
 
 /// Runs all connections for `warmup + measure`; only appends started after the warm-up count.
 /// When `rss_pid` is given, samples that process's RSS every 50 ms and keeps the maximum.
-pub fn closed_loop(
+/// `probe` runs (on its own thread) when the measured window opens and when it closes; both
+/// snapshots are returned, so that server counters can be read as deltas over the window.
+pub fn closed_loop<T: Send>(
     conns: Vec<Box<dyn Appender>>,
     warmup: Duration,
     measure: Duration,
     rss_pid: Option<u32>,
-) -> LoadResult {
+    probe: &(dyn Fn() -> T + Sync),
+) -> (LoadResult, T, T) {
     let t_start = Instant::now() + Duration::from_millis(20);
     let t_measure = t_start + warmup;
     let t_end = t_measure + measure;
     let first_error = Mutex::new(None::<String>);
     let done = AtomicBool::new(false);
-    let (lat_ns, errors, max_rss_mb) = std::thread::scope(|s| {
+    let (lat_ns, errors, max_rss_mb, window) = std::thread::scope(|s| {
+        let prober = s.spawn(move || {
+            std::thread::sleep(t_measure.saturating_duration_since(Instant::now()));
+            let before = probe();
+            std::thread::sleep(t_end.saturating_duration_since(Instant::now()));
+            (before, probe())
+        });
         let sampler = rss_pid.map(|pid| {
             let done = &done;
             s.spawn(move || {
@@ -252,15 +261,17 @@ pub fn closed_loop(
         }
         done.store(true, Ordering::Relaxed);
         let rss = sampler.and_then(|h| h.join().expect("sampler panicked"));
-        (all, errors, rss)
+        let window = prober.join().expect("probe panicked");
+        (all, errors, rss, window)
     });
-    LoadResult {
+    let r = LoadResult {
         per_sec: lat_ns.len() as f64 / measure.as_secs_f64(),
         lat_ns,
         errors,
         first_error: first_error.into_inner().unwrap(),
         max_rss_mb,
-    }
+    };
+    (r, window.0, window.1)
 }
 
 #[cfg(test)]

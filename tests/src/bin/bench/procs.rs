@@ -95,6 +95,8 @@ pub struct ChildGuard {
     child: Option<Child>,
     name: String,
     log: PathBuf,
+    /// The real server when `child` is a wrapper (strace): signalled to stop, killed on drop.
+    inner_pid: Option<u32>,
 }
 
 impl ChildGuard {
@@ -115,11 +117,14 @@ impl ChildGuard {
             child: Some(child),
             name: name.into(),
             log: log.into(),
+            inner_pid: None,
         })
     }
 
+    /// The server's pid (the wrapped one when running under strace).
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, |c| c.id())
+        self.inner_pid
+            .unwrap_or_else(|| self.child.as_ref().map_or(0, |c| c.id()))
     }
 
     /// Fails (with the end of the child's log) if the child has exited.
@@ -140,7 +145,9 @@ impl ChildGuard {
     pub fn stop(mut self) -> Result<Duration> {
         let mut child = self.child.take().context("already stopped")?;
         let t0 = Instant::now();
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        // Under strace, stop the server itself; strace exits when its tracee does.
+        let target = self.inner_pid.take().unwrap_or(child.id());
+        unsafe { libc::kill(target as i32, libc::SIGTERM) };
         while t0.elapsed() < STOP_TIMEOUT {
             if let Some(status) = child.try_wait()? {
                 if !status.success() {
@@ -164,6 +171,9 @@ impl ChildGuard {
 
 impl Drop for ChildGuard {
     fn drop(&mut self) {
+        if let Some(pid) = self.inner_pid.take() {
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
@@ -182,6 +192,8 @@ pub fn log_tail(path: &Path) -> String {
 pub struct DstreamSetup {
     pub bin: PathBuf,
     pub dir: PathBuf,
+    /// RLIMIT_NOFILE (soft and hard) to start the daemon with; None inherits the bench's.
+    pub nofile: Option<u64>,
 }
 
 impl DstreamSetup {
@@ -206,6 +218,22 @@ impl DstreamSetup {
             .arg(self.socket())
             .arg("--data-dir")
             .arg(self.data_dir());
+        if let Some(n) = self.nofile {
+            // Hard limit too: the daemon raises its soft limit to the hard one at start.
+            // SAFETY: setrlimit is async-signal-safe; the closure allocates nothing.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let lim = libc::rlimit {
+                        rlim_cur: n as libc::rlim_t,
+                        rlim_max: n as libc::rlim_t,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         let t0 = Instant::now();
         let mut guard = ChildGuard::spawn("dstream daemon", cmd, &self.dir.join("daemon.log"))?;
         loop {
@@ -260,10 +288,28 @@ impl RefSetup {
     /// Starts it (durability wal, the default, spelled out) and waits for `GET /health` = 200.
     /// Returns the guard, the time from spawn to ready, and its `host:port`.
     pub fn start(&self) -> Result<(ChildGuard, Duration, String)> {
+        self.start_traced(None)
+    }
+
+    /// Like `start`, but when `trace_out` is given runs the server under strace, logging its
+    /// fsync/fdatasync calls with wall-clock timestamps to that file. `--seccomp-bpf` stops the
+    /// server only on those calls, so everything else runs at full speed.
+    pub fn start_traced(&self, trace_out: Option<&Path>) -> Result<(ChildGuard, Duration, String)> {
         // Ask the kernel for a free port; the tiny race with other programs is acceptable here.
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let addr = format!("127.0.0.1:{port}");
-        let mut cmd = Command::new(&self.bin);
+        let mut cmd = match trace_out {
+            Some(out) => {
+                let mut c = Command::new("strace");
+                c.args(["-f", "--seccomp-bpf", "-qq", "-ttt", "-e", "signal=none"])
+                    .args(["-e", "trace=fsync,fdatasync", "-o"])
+                    .arg(out)
+                    .arg("--")
+                    .arg(&self.bin);
+                c
+            }
+            None => Command::new(&self.bin),
+        };
         cmd.args([
             "--host",
             "127.0.0.1",
@@ -276,6 +322,19 @@ impl RefSetup {
         let t0 = Instant::now();
         let mut guard =
             ChildGuard::spawn("durable-streams-server", cmd, &self.dir.join("server.log"))?;
+        if trace_out.is_some() {
+            let strace_pid = guard.pid();
+            // strace forks short-lived probes of its own first: wait for the one running the server.
+            let exe = self.bin.canonicalize()?;
+            while guard.inner_pid.is_none() {
+                guard.inner_pid = child_running(strace_pid, &exe);
+                guard.check_alive()?;
+                if t0.elapsed() > START_TIMEOUT {
+                    bail!("strace started no server within {START_TIMEOUT:?}");
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
         loop {
             if let Ok(s) = TcpStream::connect(&addr) {
                 let mut c = HttpConn::new(s, &addr)?;
@@ -303,4 +362,74 @@ pub fn rss_mb(pid: u32) -> Option<f64> {
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb / 1024.0)
+}
+
+/// A child process of `parent` (from the ppid field of /proc/*/stat) that runs `exe`.
+fn child_running(parent: u32, exe: &Path) -> Option<u32> {
+    fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        if fs::read_link(format!("/proc/{pid}/exe")).ok()? != exe {
+            return None;
+        }
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the parenthesised command name: state, ppid, ...
+        let ppid: u32 = stat
+            .rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
+        (ppid == parent).then_some(pid)
+    })
+}
+
+/// Voluntary plus involuntary context switches of all of a process's live threads.
+pub fn ctx_switches(pid: u32) -> Option<u64> {
+    let mut total = 0;
+    for task in fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
+        let Ok(status) = fs::read_to_string(task.path().join("status")) else {
+            continue; // the thread exited meanwhile
+        };
+        for line in status.lines() {
+            if let Some(v) = line
+                .strip_prefix("voluntary_ctxt_switches:")
+                .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
+            {
+                total += v.trim().parse::<u64>().unwrap_or(0);
+            }
+        }
+    }
+    Some(total)
+}
+
+/// A numeric field of /proc/<pid>/status (e.g. `Threads`), first number only.
+pub fn status_field(pid: u32, field: &str) -> Option<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status
+        .lines()
+        .find(|l| l.split(':').next() == Some(field))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The (soft, hard) "Max open files" limits of a running process.
+pub fn nofile_limits(pid: u32) -> Option<(String, String)> {
+    let limits = fs::read_to_string(format!("/proc/{pid}/limits")).ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    let mut f = line["Max open files".len()..].split_whitespace();
+    Some((f.next()?.to_string(), f.next()?.to_string()))
+}
+
+pub fn have_strace() -> bool {
+    Command::new("strace")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// How many file descriptors a process holds now.
+pub fn fd_count(pid: u32) -> Option<u64> {
+    Some(fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64)
 }

@@ -321,3 +321,78 @@ fn check_events(line: &str, from: u64, count: usize) -> Result<()> {
     }
     Ok(())
 }
+
+/// Builds request `i` (a whole line, `"id":i`) into the buffer.
+pub type MakeRequest<'a> = &'a (dyn Fn(u64, &mut String) + Sync);
+/// Checks the parsed reply to request `i`.
+pub type CheckReply<'a> = &'a (dyn Fn(u64, &Value) -> Result<(), String> + Sync);
+
+/// Sends requests `0..n` over `conns` connections, each writing windows of `window` requests
+/// before reading their replies, and checks every reply (matched by id, whatever the order).
+/// Returns (seconds, failed checks, first failure).
+pub fn pipelined(
+    socket: &Path,
+    n: u64,
+    conns: usize,
+    window: u64,
+    make: MakeRequest,
+    check: CheckReply,
+) -> Result<(f64, u64, Option<String>)> {
+    let next = AtomicU64::new(0);
+    let t0 = Instant::now();
+    let results: Vec<Result<(u64, Option<String>)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..conns)
+            .map(|_| {
+                let next = &next;
+                s.spawn(move || -> Result<(u64, Option<String>)> {
+                    let w = UnixStream::connect(socket)?;
+                    w.set_read_timeout(Some(Duration::from_secs(120)))?;
+                    let mut r = BufReader::with_capacity(1 << 20, w.try_clone()?);
+                    let (mut out, mut line) = (String::new(), String::new());
+                    let (mut errors, mut first_error) = (0u64, None);
+                    loop {
+                        let from = next.fetch_add(window, Ordering::Relaxed);
+                        if from >= n {
+                            return Ok((errors, first_error));
+                        }
+                        let to = (from + window).min(n);
+                        out.clear();
+                        for i in from..to {
+                            make(i, &mut out);
+                        }
+                        (&w).write_all(out.as_bytes())?;
+                        for _ in from..to {
+                            line.clear();
+                            if r.read_line(&mut line)? == 0 {
+                                bail!("daemon closed the connection");
+                            }
+                            let outcome = match serde_json::from_str::<Value>(&line) {
+                                Ok(v) => match v["id"].as_u64() {
+                                    Some(i) if (from..to).contains(&i) => check(i, &v),
+                                    _ => Err(format!("unexpected reply {}", line.trim())),
+                                },
+                                Err(e) => Err(format!("bad reply ({e}): {}", line.trim())),
+                            };
+                            if let Err(e) = outcome {
+                                errors += 1;
+                                first_error.get_or_insert(e.chars().take(300).collect());
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("pipelined client panicked"))
+            .collect()
+    });
+    let secs = t0.elapsed().as_secs_f64();
+    let (mut errors, mut first) = (0, None);
+    for r in results {
+        let (e, f) = r?;
+        errors += e;
+        first = first.or(f);
+    }
+    Ok((secs, errors, first))
+}

@@ -40,6 +40,8 @@ pub struct Row {
     pub better: Better,
     /// A ratio only makes sense when both sides measured the same thing.
     pub comparable: bool,
+    /// Cells shown as text instead of numbers (yes/no answers).
+    pub text: Option<(String, String)>,
 }
 
 #[derive(Default)]
@@ -61,6 +63,19 @@ impl Table {
             theirs,
             better,
             comparable: true,
+            text: None,
+        });
+    }
+
+    /// A row of text answers, no ratio.
+    pub fn add_text(&mut self, metric: impl Into<String>, ours: String, theirs: String) {
+        self.rows.push(Row {
+            metric: metric.into(),
+            ours: None,
+            theirs: None,
+            better: Better::Higher,
+            comparable: false,
+            text: Some((ours, theirs)),
         });
     }
 
@@ -77,6 +92,7 @@ impl Table {
             theirs,
             better: Better::Higher,
             comparable: false,
+            text: None,
         });
     }
 
@@ -96,23 +112,20 @@ impl Table {
                 }
                 _ => String::new(),
             };
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | {} |",
-                r.metric,
-                num(r.ours),
-                num(r.theirs),
-                ratio
-            );
+            let (ours, theirs) = r
+                .text
+                .clone()
+                .unwrap_or_else(|| (num(r.ours), num(r.theirs)));
+            let _ = writeln!(s, "| {} | {ours} | {theirs} | {ratio} |", r.metric);
         }
         s
     }
 }
 
-/// Three significant-ish digits without scientific notation; `n/a` when not measured.
+/// Three significant-ish digits without scientific notation; `–` when not measured.
 pub fn num(v: Option<f64>) -> String {
     match v {
-        None => "n/a".into(),
+        None => "–".into(),
         Some(v) if v.abs() >= 100.0 => format!("{v:.0}"),
         Some(v) if v.abs() >= 10.0 => format!("{v:.1}"),
         Some(v) => format!("{v:.2}"),
