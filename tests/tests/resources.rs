@@ -8,34 +8,50 @@ use dstream_tests::{Client, Daemon, lsn_of};
 
 const SESSIONS: usize = 3000;
 const FD_LIMIT: u64 = 256;
-/// Requests in flight at once on the loading connection.
-const WINDOW: usize = 200;
+/// Connections loading sessions at once, and requests in flight on each.
+const CONNECTIONS: usize = 4;
+const WINDOW: usize = 64;
 
 fn session(i: usize) -> String {
     format!("many-{i:05}")
 }
 
-/// Appends one event to every session in `ids`, pipelined, and returns the LSNs given.
-fn append_each(c: &mut Client, ids: &[String], round: u32) -> Vec<u64> {
-    let mut lsns = Vec::with_capacity(ids.len());
-    for chunk in ids.chunks(WINDOW) {
-        let sent: Vec<u64> = chunk
-            .iter()
-            .map(|s| {
-                c.send(
-                    "append",
-                    json!({"session_id": s, "event": {"type": "user.input", "payload": {"round": round, "s": s}}}),
-                )
+/// Appends one event to every session in `ids`, pipelined over a few connections at once (so
+/// that many distinct sessions are in flight together), and returns the LSNs given.
+fn append_each(d: &Daemon, ids: &[String], round: u32) -> Vec<u64> {
+    let per = ids.len().div_ceil(CONNECTIONS);
+    let handles: Vec<_> = ids
+        .chunks(per)
+        .map(|part| {
+            let part = part.to_vec();
+            let mut c = d.client();
+            std::thread::spawn(move || {
+                let mut lsns = Vec::with_capacity(part.len());
+                for chunk in part.chunks(WINDOW) {
+                    let sent: Vec<u64> = chunk
+                        .iter()
+                        .map(|s| {
+                            c.send(
+                                "append",
+                                json!({"session_id": s, "event": {"type": "user.input", "payload": {"round": round, "s": s}}}),
+                            )
+                        })
+                        .collect();
+                    for id in sent {
+                        let r = c
+                            .wait_response(id)
+                            .unwrap_or_else(|e| panic!("append refused: {e}"));
+                        lsns.push(r["lsn"].as_u64().unwrap());
+                    }
+                }
+                lsns
             })
-            .collect();
-        for id in sent {
-            let r = c
-                .wait_response(id)
-                .unwrap_or_else(|e| panic!("append refused: {e}"));
-            lsns.push(r["lsn"].as_u64().unwrap());
-        }
-    }
-    lsns
+        })
+        .collect();
+    handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+        .collect()
 }
 
 fn check_all_readable(c: &mut Client, ids: &[String], rounds: u32) {
@@ -52,13 +68,15 @@ fn check_all_readable(c: &mut Client, ids: &[String], rounds: u32) {
 
 #[test]
 fn thousands_of_sessions_under_a_small_descriptor_limit() {
-    let mut d = Daemon::new(Some("[store]\nmax_open_files = 64\n"));
+    // The default store.max_open_files (128), with more distinct sessions in flight at once
+    // than the descriptor limit leaves room for.
+    let mut d = Daemon::new(None);
     d.limit_open_files(FD_LIMIT);
     d.restart();
     let ids: Vec<String> = (0..SESSIONS).map(session).collect();
     let mut c = d.client();
 
-    let lsns = append_each(&mut c, &ids, 1);
+    let lsns = append_each(&d, &ids, 1);
     assert!(
         lsns.iter().all(|&l| l == 1),
         "each new session starts at lsn 1"
@@ -86,7 +104,7 @@ fn thousands_of_sessions_under_a_small_descriptor_limit() {
     assert_eq!(d.stop().code(), Some(0));
     d.restart();
     let mut c = d.client();
-    let lsns = append_each(&mut c, &ids, 2);
+    let lsns = append_each(&d, &ids, 2);
     assert!(
         lsns.iter().all(|&l| l == 2),
         "LSNs continue after the restart"

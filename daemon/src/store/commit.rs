@@ -145,7 +145,6 @@ struct Written {
     lines: Vec<(u64, String, usize, usize)>,
     acks: Vec<Ack>,
     old_len: u64,
-    file: Arc<File>,
     timestamp: u64,
     new_lineage: Option<String>,
 }
@@ -451,7 +450,6 @@ impl Committer {
             lines,
             acks,
             old_len,
-            file,
             timestamp,
             new_lineage,
         })
@@ -459,7 +457,13 @@ impl Committer {
 
     /// Takes a written group back out of its log after the batch failed.
     fn cut_back(&self, w: &Written) {
-        if let Err(e) = w.file.set_len(w.old_len) {
+        // Reopened if need be: a batch holds no descriptors beyond the file cache's, however
+        // many sessions it touches.
+        let restored = w
+            .session
+            .log_handle()
+            .and_then(|(file, _)| file.set_len(w.old_len));
+        if let Err(e) = restored {
             w.session.writer.lock().unwrap().failed = Some(format!(
                 "the log could not be restored after a failed write: {e}"
             ));

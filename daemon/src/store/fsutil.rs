@@ -62,6 +62,23 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// The process's limit on open descriptors, where the OS reports one.
+pub fn open_file_limit() -> Option<u64> {
+    #[cfg(unix)]
+    {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes into the struct we own.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+            #[allow(clippy::unnecessary_cast)] // rlim_t is not u64 on every platform
+            return Some(lim.rlim_cur as u64);
+        }
+    }
+    None
+}
+
 /// Takes the data directory's lock: one daemon per data directory.
 pub fn take_lock(data_dir: &Path) -> Result<File, StoreError> {
     let path = data_dir.join("LOCK");

@@ -182,7 +182,7 @@ impl Store {
             .map_err(|e| StoreError::io("starting the commit thread", &e))?;
         let inner = Arc::new(Inner {
             sessions_dir,
-            files: Arc::new(FileCache::new(settings.max_open_files)),
+            files: Arc::new(FileCache::new(open_files_cap(settings.max_open_files))),
             settings,
             sessions: RwLock::new(HashMap::new()),
             stats,
@@ -424,6 +424,23 @@ impl Store {
             let _ = rx.await;
         }
     }
+}
+
+/// The open-log cap in force: the configured one, but never more than half the process's
+/// descriptor limit, which sockets, readers and the write-ahead log share.
+fn open_files_cap(configured: usize) -> usize {
+    let cap = match fsutil::open_file_limit() {
+        Some(limit) => configured.min((limit / 2).max(8) as usize),
+        None => configured,
+    };
+    if cap < configured {
+        tracing::info!(
+            configured,
+            cap,
+            "keeping fewer logs open than store.max_open_files: the descriptor limit is low"
+        );
+    }
+    cap
 }
 
 /// A `log.recovered` event from the daemon itself.
