@@ -91,6 +91,9 @@ pub(crate) struct WriterState {
     len: u64,
     next_lsn: u64,
     last_index_offset: Option<u64>,
+    /// Index entries not yet in the `.idx` file: written at the next checkpoint, off the
+    /// append path (the file is a cache; recovery extends a short one from the log).
+    unsaved_index: Vec<IndexEntry>,
     ids: ulid::Generator,
     /// Set when the log can no longer be trusted to match what was acknowledged.
     failed: Option<String>,
@@ -109,6 +112,7 @@ impl WriterState {
             len,
             next_lsn,
             last_index_offset,
+            unsaved_index: Vec::new(),
             ids: ulid::Generator::new(),
             failed: None,
             stream_id,
@@ -251,6 +255,9 @@ impl Committer {
     pub(crate) fn checkpoint(&mut self) {
         if self.failed.is_some() {
             return;
+        }
+        for session in self.dirty.values() {
+            save_index(session);
         }
         if self.settings.fsync != FsyncPolicy::Never {
             if let Some(reason) = sync_logs(self.dirty.values().collect()) {
@@ -533,22 +540,29 @@ impl Committer {
         if added.is_empty() {
             return;
         }
-        {
-            let mut index = session.index.write().unwrap();
-            for e in &added {
-                index.push(*e);
-            }
+        let mut index = session.index.write().unwrap();
+        for e in &added {
+            index.push(*e);
         }
-        // The on-disk index is a cache: a failure here costs a rebuild at the next start.
-        let bytes: Vec<u8> = added.iter().flat_map(|e| e.to_bytes()).collect();
-        let appended = super::fsutil::private_file()
-            .create(true)
-            .append(true)
-            .open(session.path.with_extension("idx"))
-            .and_then(|mut f| io::Write::write_all(&mut f, &bytes));
-        if let Err(e) = appended {
-            tracing::warn!(session = %session.id, error = %e, "could not extend the index file");
-        }
+        state.unsaved_index.extend(added);
+    }
+}
+
+/// Appends a session's unsaved index entries to its `.idx` file. The file is a cache: a
+/// failure costs a longer scan at the next start, nothing more.
+fn save_index(session: &Session) {
+    let entries = std::mem::take(&mut session.writer.lock().unwrap().unsaved_index);
+    if entries.is_empty() {
+        return;
+    }
+    let bytes: Vec<u8> = entries.iter().flat_map(|e| e.to_bytes()).collect();
+    let appended = super::fsutil::private_file()
+        .create(true)
+        .append(true)
+        .open(session.path.with_extension("idx"))
+        .and_then(|mut f| io::Write::write_all(&mut f, &bytes));
+    if let Err(e) = appended {
+        tracing::warn!(session = %session.id, error = %e, "could not extend the index file");
     }
 }
 
