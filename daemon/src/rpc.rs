@@ -657,6 +657,8 @@ fn stats(state: &DaemonState) -> RpcResult {
         open_files: state.store.open_files() as u64,
         client_memory_bytes: state.memory.in_use() as u64,
         overloaded: state.stats.overloaded.load(relaxed),
+        ingested: 0,
+        plugins: Vec::new(),
     })
 }
 

@@ -340,4 +340,105 @@ pub struct StatsResult {
     /// Requests refused because that budget was spent.
     #[serde(default)]
     pub overloaded: u64,
+    /// Raw source events taken by `ingest`.
+    #[serde(default)]
+    pub ingested: u64,
+    /// Per-plugin counters, as in `plugins.list`.
+    #[serde(default)]
+    pub plugins: Vec<PluginInfo>,
+}
+
+// ---- ingest ----
+
+/// A raw event from an agent's hook, for the pipeline to map, filter and store.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngestParams<J = Value> {
+    /// Who sent it: `claude-code`, `opencode`, `claude-agent-sdk`, or any name a plugin claims.
+    pub source: String,
+    /// The source event exactly as the agent produced it.
+    pub event: J,
+    /// The session to store it in when the mapping does not name one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+/// One event that an ingest stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IngestedEvent {
+    pub lsn: u64,
+    pub id: String,
+    #[serde(rename = "type")]
+    pub event_type: String,
+    pub session_id: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct IngestResult {
+    /// The stored events, in the order they were appended (none when plugins dropped them all).
+    pub events: Vec<IngestedEvent>,
+    /// For a tool call: what policy and plugins decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<Decision>,
+}
+
+/// The verdict on a tool call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    /// `allow`, `deny` or `ask` (let the agent ask its user as it normally would).
+    pub action: String,
+    /// Why, for the agent and the person.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Who decided: a plugin's name, a rule, or a person.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
+    /// The tool input to use instead of the original, when the decider edited it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_input: Option<Value>,
+}
+
+// ---- plugins ----
+
+/// One plugin as the daemon runs it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PluginInfo {
+    pub name: String,
+    /// `lua` or `native`.
+    pub kind: String,
+    /// `builtin`, or the file it was loaded from.
+    pub origin: String,
+    /// Sources it maps (empty for a filter or a sink).
+    #[serde(default)]
+    pub sources: Vec<String>,
+    /// Which of `map`, `process`, `decide`, `on_event` it defines.
+    #[serde(default)]
+    pub hooks: Vec<String>,
+    /// `active`, or `disabled` after repeated failures (until it is reloaded).
+    pub state: String,
+    /// Why it is disabled, or the last error of a newer version of its file that failed to
+    /// load (the last good version keeps running).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub calls: u64,
+    pub errors: u64,
+    /// Time spent in the plugin, in microseconds.
+    pub micros: u64,
+}
+
+/// A plugin file that could not be loaded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginLoadError {
+    pub file: String,
+    pub error: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PluginsListResult {
+    /// The plugin folder in use.
+    pub dir: String,
+    pub plugins: Vec<PluginInfo>,
+    /// Files in the folder that failed to load; earlier good versions stay in `plugins`.
+    #[serde(default)]
+    pub errors: Vec<PluginLoadError>,
 }
