@@ -2,6 +2,7 @@
 
 mod client_cmds;
 mod daemon_cmd;
+mod hook;
 mod output;
 
 use std::path::PathBuf;
@@ -47,10 +48,23 @@ enum Command {
     Stats(client_cmds::StatsArgs),
     /// Move a quarantined session's damage aside and take appends again.
     Repair(client_cmds::RepairArgs),
+    /// Report one agent hook event to the daemon and answer in the agent's format (agents run this).
+    Hook(hook::HookArgs),
 }
 
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
+    // Each command builds its own async runtime, if it needs one; parsing builds none. The
+    // hook runs on every tool call of an agent, so it is answered here, without any runtime.
+    // It keeps SIGPIPE ignored: a daemon that goes away mid-request is an error to handle
+    // (fail open), not a signal that kills the hook.
+    let cli = match cli.command {
+        Command::Hook(args) => return hook::run(args),
+        command => Cli { command },
+    };
     if !matches!(cli.command, Command::Daemon(_)) {
         // Client output piped into `head` should end quietly, as other Unix tools do.
         #[cfg(unix)]
@@ -66,6 +80,7 @@ pub fn main() -> ExitCode {
         Command::Query(args) => client_cmds::query(args),
         Command::Stats(args) => client_cmds::stats(args),
         Command::Repair(args) => client_cmds::repair(args),
+        Command::Hook(args) => Ok(hook::run(args)),
     };
     match result {
         Ok(code) => code,
@@ -74,4 +89,17 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Reports a command-line error. Usage errors exit with 2, as usual, except for `dstream hook`:
+/// Claude Code reads exit code 2 from a hook as "block this tool call", so a mistyped hook
+/// command (or one written by a newer `dstream install`) must not block the agent's every move.
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let is_hook = std::env::args_os().nth(1).is_some_and(|a| a == "hook");
+    if is_hook && !matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        let _ = e.print();
+        return ExitCode::FAILURE;
+    }
+    e.exit()
 }
