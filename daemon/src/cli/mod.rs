@@ -3,6 +3,7 @@
 mod client_cmds;
 mod daemon_cmd;
 mod hook;
+mod install;
 mod output;
 
 use std::path::PathBuf;
@@ -50,6 +51,10 @@ enum Command {
     Repair(client_cmds::RepairArgs),
     /// Report one agent hook event to the daemon and answer in the agent's format (agents run this).
     Hook(hook::HookArgs),
+    /// Register dstream with an agent: Claude Code hooks, or the OpenCode plugin.
+    Install(install::InstallArgs),
+    /// Remove what `dstream install` added, and nothing else.
+    Uninstall(install::UninstallArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -81,6 +86,8 @@ pub fn main() -> ExitCode {
         Command::Stats(args) => client_cmds::stats(args),
         Command::Repair(args) => client_cmds::repair(args),
         Command::Hook(args) => Ok(hook::run(args)),
+        Command::Install(args) => install::install(args),
+        Command::Uninstall(args) => install::uninstall(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,988 @@
+//! `dstream install <agent>` and `dstream uninstall <agent>`: register dstream with an agent,
+//! and take exactly that back out.
+//!
+//! - Claude Code: a hook entry per recorded event in a `settings.json`, running
+//!   `<absolute path of this dstream> hook claude-code`. The rest of the file (other settings,
+//!   other hooks, the order of keys) is kept as it is.
+//! - OpenCode: the plugin `scripts/opencode/dstream.js` (built into this binary) copied into
+//!   OpenCode's plugin folder.
+//!
+//! Both write atomically (a temporary file renamed over the old one), change nothing when
+//! there is nothing to change, and say what they did.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context as _, anyhow, bail};
+use clap::{Args, ValueEnum};
+
+use json::Json;
+
+/// The OpenCode plugin, as `dstream install opencode` writes it.
+const OPENCODE_PLUGIN: &str = include_str!("../../../scripts/opencode/dstream.js");
+/// A line in the plugin that marks a file as dstream's to replace or remove.
+const OPENCODE_MARKER: &str = "@dstream-opencode-plugin";
+/// File name of the plugin in OpenCode's plugin folder.
+const OPENCODE_FILE: &str = "dstream.js";
+
+/// Seconds Claude Code waits for the hook before it gives up on it. Long, because a tool call
+/// that policy holds for a person's approval waits in the hook; the hook's own deadline
+/// (`DSTREAM_HOOK_TIMEOUT_MS`) ends it much sooner when nobody is waiting, and the daemon's
+/// approval timeouts stay below this one so that a decision is never cut off.
+const CLAUDE_HOOK_TIMEOUT_SECS: u64 = 600;
+
+/// The Claude Code hook events dstream records: all of them, except `WorktreeCreate`, whose
+/// hook replaces Claude Code's own `git worktree add` and must print the new worktree's path.
+const CLAUDE_EVENTS: &[&str] = &[
+    "SessionStart",
+    "Setup",
+    "InstructionsLoaded",
+    "UserPromptSubmit",
+    "PreToolUse",
+    "PermissionRequest",
+    "PermissionDenied",
+    "PostToolUse",
+    "PostToolUseFailure",
+    "Notification",
+    "SubagentStart",
+    "SubagentStop",
+    "TaskCreated",
+    "TaskCompleted",
+    "TeammateIdle",
+    "Stop",
+    "StopFailure",
+    "PreCompact",
+    "PostCompact",
+    "ConfigChange",
+    "CwdChanged",
+    "FileChanged",
+    "WorktreeRemove",
+    "Elicitation",
+    "ElicitationResult",
+    "SessionEnd",
+];
+
+/// The events every Claude Code release with hooks knows (`--events core`). Some releases
+/// refuse a whole settings file that names an event they do not know.
+const CLAUDE_CORE_EVENTS: &[&str] = &[
+    "SessionStart",
+    "UserPromptSubmit",
+    "PreToolUse",
+    "PostToolUse",
+    "Notification",
+    "SubagentStop",
+    "Stop",
+    "PreCompact",
+    "SessionEnd",
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Agent {
+    /// Claude Code: hooks in a settings.json.
+    ClaudeCode,
+    /// OpenCode: a plugin file in its plugin folder.
+    Opencode,
+}
+
+/// Where to install: one project, or the user's own configuration (the default).
+#[derive(Args)]
+pub struct Target {
+    /// Install for this project only: DIR/.claude/settings.json (Claude Code) or
+    /// DIR/.opencode/plugins/ (OpenCode).
+    #[arg(long, value_name = "DIR", conflicts_with = "user")]
+    project: Option<PathBuf>,
+    /// Install for the current user, in every project [the default]: ~/.claude/settings.json
+    /// (Claude Code) or $XDG_CONFIG_HOME/opencode/plugins/ (OpenCode, else ~/.config/…).
+    #[arg(long)]
+    user: bool,
+    /// With --project, for Claude Code: use DIR/.claude/settings.local.json, Claude Code's
+    /// per-person project file, instead of the shared (usually committed) settings.json. The
+    /// hook command holds this machine's path to dstream.
+    #[arg(long, requires = "project")]
+    local: bool,
+}
+
+#[derive(Args)]
+#[command(after_long_help = INSTALL_HELP)]
+pub struct InstallArgs {
+    #[arg(value_enum)]
+    agent: Agent,
+    #[command(flatten)]
+    target: Target,
+    /// Claude Code events to hook: `all` [default], `core` (the events every Claude Code
+    /// with hooks knows), or a comma-separated list of event names.
+    #[arg(long, value_delimiter = ',', value_name = "EVENTS")]
+    events: Vec<String>,
+}
+
+const INSTALL_HELP: &str = "\
+Claude Code: adds to the settings file, for every hook event dstream records, a hook that runs
+`<this dstream's absolute path> hook claude-code` with a 600 s timeout (long enough for a person
+to approve a held tool call). Other settings and other hooks are left as they are. Running it
+again changes nothing; after moving the dstream binary, running it again points the hooks at
+the new path. If Claude Code reports `Invalid key in record` for a hook event after installing,
+it is older than that event: install again with `--events core`.
+
+OpenCode: writes the dstream plugin to .opencode/plugins/dstream.js (project) or
+$XDG_CONFIG_HOME/opencode/plugins/dstream.js (user). An older dstream plugin there is replaced;
+a file of that name that is not dstream's is left alone (and the command fails).
+
+Without --project or --user, installs for the user.";
+
+#[derive(Args)]
+pub struct UninstallArgs {
+    #[arg(value_enum)]
+    agent: Agent,
+    #[command(flatten)]
+    target: Target,
+}
+
+/// The settings file to edit for Claude Code.
+fn claude_settings(target: &Target) -> PathBuf {
+    match &target.project {
+        Some(dir) => dir.join(".claude").join(if target.local {
+            "settings.local.json"
+        } else {
+            "settings.json"
+        }),
+        None => dstream_sdk::socket::home_dir()
+            .join(".claude")
+            .join("settings.json"),
+    }
+}
+
+/// OpenCode's plugin folder for the target.
+fn opencode_plugins(target: &Target) -> anyhow::Result<PathBuf> {
+    if target.local {
+        bail!("--local is for Claude Code only; OpenCode has one plugin folder per project");
+    }
+    Ok(match &target.project {
+        Some(dir) => dir.join(".opencode").join("plugins"),
+        None => {
+            // XDG: a relative XDG_CONFIG_HOME is to be ignored.
+            let config = std::env::var_os("XDG_CONFIG_HOME")
+                .map(PathBuf::from)
+                .filter(|p| p.is_absolute())
+                .unwrap_or_else(|| dstream_sdk::socket::home_dir().join(".config"));
+            config.join("opencode").join("plugins")
+        }
+    })
+}
+
+pub fn install(args: InstallArgs) -> anyhow::Result<ExitCode> {
+    match args.agent {
+        Agent::ClaudeCode => {
+            let events = chosen_events(&args.events)?;
+            install_claude(&claude_settings(&args.target), &events)
+        }
+        Agent::Opencode => {
+            if !args.events.is_empty() {
+                bail!("--events is for Claude Code only");
+            }
+            install_opencode(&opencode_plugins(&args.target)?)
+        }
+    }?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn uninstall(args: UninstallArgs) -> anyhow::Result<ExitCode> {
+    match args.agent {
+        Agent::ClaudeCode => uninstall_claude(&claude_settings(&args.target)),
+        Agent::Opencode => uninstall_opencode(&opencode_plugins(&args.target)?),
+    }?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn chosen_events(list: &[String]) -> anyhow::Result<Vec<&'static str>> {
+    let mut out: Vec<&'static str> = Vec::new();
+    for name in list.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        let add: &[&'static str] = match name {
+            "all" => CLAUDE_EVENTS,
+            "core" => CLAUDE_CORE_EVENTS,
+            "WorktreeCreate" => bail!(
+                "WorktreeCreate is not hooked: its hook replaces Claude Code's own worktree \
+                 creation and must print the new worktree's path"
+            ),
+            _ => match CLAUDE_EVENTS.iter().find(|e| **e == name) {
+                Some(e) => std::slice::from_ref(e),
+                None => bail!(
+                    "{name:?} is not a Claude Code hook event dstream knows; known: {}",
+                    CLAUDE_EVENTS.join(", ")
+                ),
+            },
+        };
+        for e in add {
+            if !out.contains(e) {
+                out.push(e);
+            }
+        }
+    }
+    Ok(if out.is_empty() {
+        CLAUDE_EVENTS.to_vec()
+    } else {
+        out
+    })
+}
+
+// ---- Claude Code ----
+
+/// The path of the running binary, as a shell word for the hook command.
+fn dstream_exe() -> anyhow::Result<String> {
+    let exe = std::env::current_exe().context("finding the path of this dstream binary")?;
+    let exe = exe.to_str().ok_or_else(|| {
+        anyhow!(
+            "the path of this dstream binary ({}) is not UTF-8",
+            exe.display()
+        )
+    })?;
+    Ok(exe.to_string())
+}
+
+fn hook_command(exe: &str) -> String {
+    format!("{} hook claude-code", shell::quote(exe))
+}
+
+/// Reads a settings file: `None` when it does not exist. A file that is not JSON, or whose
+/// top level is not an object, is an error (and is left untouched).
+fn read_settings(path: &Path) -> anyhow::Result<Option<Json>> {
+    let text = match fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let doc: Json = serde_json::from_str(&text).map_err(|e| {
+        anyhow!(
+            "{} is not valid JSON ({e}); fix it first, it was left untouched",
+            path.display()
+        )
+    })?;
+    if !matches!(doc, Json::Object(_)) {
+        bail!(
+            "{} does not hold a JSON object; it was left untouched",
+            path.display()
+        );
+    }
+    Ok(Some(doc))
+}
+
+fn write_settings(path: &Path, doc: &Json) -> anyhow::Result<()> {
+    let mut text = serde_json::to_vec_pretty(doc)?;
+    text.push(b'\n');
+    write_atomically(path, &text)
+}
+
+/// What `install` did to one event's hooks.
+#[derive(Default)]
+struct Changes {
+    added: Vec<&'static str>,
+    updated: Vec<&'static str>,
+}
+
+/// Adds the hook to `doc` for each event (or points an existing dstream hook at `exe`).
+/// Fails, changing nothing on disk, when the file's `hooks` do not have the documented shape.
+fn add_hooks(doc: &mut Json, events: &[&'static str], exe: &str) -> anyhow::Result<Changes> {
+    let hooks = doc
+        .entry("hooks", || Json::Object(Vec::new()))
+        .ok_or_else(|| anyhow!("the settings file is not a JSON object"))?;
+    if !matches!(hooks, Json::Object(_)) {
+        bail!("`hooks` in the settings file is not an object");
+    }
+    let mut changes = Changes::default();
+    for event in events {
+        let list = hooks
+            .entry(event, || Json::Array(Vec::new()))
+            .expect("hooks is an object");
+        let Json::Array(groups) = list else {
+            bail!("`hooks.{event}` in the settings file is not a list");
+        };
+        let mut found = false;
+        for handler in groups.iter_mut().flat_map(handlers_mut) {
+            let Some(command) = ours(handler) else {
+                continue;
+            };
+            found = true;
+            if command.exe != exe {
+                let rewritten = command.with_exe(exe);
+                handler.set("command", Json::String(rewritten));
+                if handler.get("timeout").is_none() {
+                    handler.set("timeout", Json::from(CLAUDE_HOOK_TIMEOUT_SECS));
+                }
+                changes.updated.push(event);
+            }
+        }
+        if !found {
+            groups.push(Json::Object(vec![(
+                "hooks".into(),
+                Json::Array(vec![Json::Object(vec![
+                    ("type".into(), Json::String("command".into())),
+                    ("command".into(), Json::String(hook_command(exe))),
+                    ("timeout".into(), Json::from(CLAUDE_HOOK_TIMEOUT_SECS)),
+                ])]),
+            )]));
+            changes.added.push(event);
+        }
+    }
+    Ok(changes)
+}
+
+/// The handlers (`{"type": "command", …}`) of one matcher group, if it has any.
+fn handlers_mut(group: &mut Json) -> std::slice::IterMut<'_, Json> {
+    match group.get_mut("hooks") {
+        Some(Json::Array(handlers)) => handlers.iter_mut(),
+        _ => Default::default(),
+    }
+}
+
+/// A handler's command, when it runs `dstream hook claude-code`.
+fn ours(handler: &Json) -> Option<shell::HookCommand> {
+    if !matches!(handler.get("type"), None | Some(Json::String(_))) {
+        return None;
+    }
+    if let Some(Json::String(t)) = handler.get("type")
+        && t != "command"
+    {
+        return None;
+    }
+    match handler.get("command") {
+        Some(Json::String(c)) => shell::HookCommand::parse(c, "claude-code"),
+        _ => None,
+    }
+}
+
+/// Removes every dstream hook handler from `doc`, then the groups, event lists and `hooks`
+/// object that this left empty. Returns the events it removed handlers from.
+fn remove_hooks(doc: &mut Json) -> anyhow::Result<Vec<String>> {
+    let mut touched = Vec::new();
+    let Some(hooks) = doc.get_mut("hooks") else {
+        return Ok(touched);
+    };
+    let Json::Object(events) = hooks else {
+        bail!("`hooks` in the settings file is not an object");
+    };
+    for (event, list) in events.iter_mut() {
+        let Json::Array(groups) = list else { continue };
+        let mut removed_here = false;
+        groups.retain_mut(|group| {
+            let Some(Json::Array(handlers)) = group.get_mut("hooks") else {
+                return true;
+            };
+            let before = handlers.len();
+            handlers.retain(|h| ours(h).is_none());
+            if handlers.len() == before {
+                return true;
+            }
+            removed_here = true;
+            // Keep the group if it still has hooks, or anything else besides a matcher.
+            !handlers.is_empty() || group.keys().any(|k| !matches!(k, "hooks" | "matcher"))
+        });
+        if removed_here {
+            touched.push(event.clone());
+        }
+    }
+    events.retain(|(event, list)| {
+        !(touched.contains(event) && matches!(list, Json::Array(groups) if groups.is_empty()))
+    });
+    if !touched.is_empty() && events.is_empty() {
+        doc.remove("hooks");
+    }
+    Ok(touched)
+}
+
+fn install_claude(path: &Path, events: &[&'static str]) -> anyhow::Result<()> {
+    let exe = dstream_exe()?;
+    let existed = read_settings(path)?;
+    let is_new = existed.is_none();
+    let mut doc = existed.unwrap_or(Json::Object(Vec::new()));
+    let changes = add_hooks(&mut doc, events, &exe)?;
+    let shown = path.display();
+    if changes.added.is_empty() && changes.updated.is_empty() {
+        println!(
+            "dstream's Claude Code hooks are already in {shown} ({} events); nothing changed",
+            events.len()
+        );
+        return Ok(());
+    }
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    write_settings(path, &doc)?;
+    println!(
+        "{} {shown}: hooks run `{}` (timeout {CLAUDE_HOOK_TIMEOUT_SECS} s)",
+        if is_new { "created" } else { "updated" },
+        hook_command(&exe)
+    );
+    if !changes.added.is_empty() {
+        println!(
+            "  added for {} event{}: {}",
+            changes.added.len(),
+            plural(changes.added.len()),
+            changes.added.join(", ")
+        );
+    }
+    if !changes.updated.is_empty() {
+        println!(
+            "  pointed at this dstream for {} event{}: {}",
+            changes.updated.len(),
+            plural(changes.updated.len()),
+            changes.updated.join(", ")
+        );
+    }
+    Ok(())
+}
+
+fn uninstall_claude(path: &Path) -> anyhow::Result<()> {
+    let shown = path.display();
+    let Some(mut doc) = read_settings(path)? else {
+        println!("{shown} does not exist; nothing to remove");
+        return Ok(());
+    };
+    let removed = remove_hooks(&mut doc)?;
+    if removed.is_empty() {
+        println!("no dstream hooks in {shown}; nothing changed");
+        return Ok(());
+    }
+    let summary = format!(
+        "removed dstream's hook from {} event{}: {}",
+        removed.len(),
+        plural(removed.len()),
+        removed.join(", ")
+    );
+    if matches!(&doc, Json::Object(entries) if entries.is_empty()) {
+        // Nothing but dstream's hooks was in it: the file goes, as install found it.
+        fs::remove_file(path).with_context(|| format!("removing {shown}"))?;
+        println!("{summary}\ndeleted {shown}: nothing else was in it");
+    } else {
+        write_settings(path, &doc)?;
+        println!("{summary}\nupdated {shown}");
+    }
+    Ok(())
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+// ---- OpenCode ----
+
+fn is_our_plugin(content: &[u8]) -> bool {
+    content == OPENCODE_PLUGIN.as_bytes()
+        || String::from_utf8_lossy(&content[..content.len().min(4096)]).contains(OPENCODE_MARKER)
+}
+
+fn install_opencode(dir: &Path) -> anyhow::Result<()> {
+    let file = dir.join(OPENCODE_FILE);
+    let shown = file.display();
+    let verb = match fs::read(&file) {
+        Ok(existing) if existing == OPENCODE_PLUGIN.as_bytes() => {
+            println!("the dstream plugin is already in {shown}; nothing changed");
+            return Ok(());
+        }
+        Ok(existing) if is_our_plugin(&existing) => "replaced an older dstream plugin at",
+        Ok(_) => bail!(
+            "{shown} exists and is not dstream's plugin; it was left untouched (move it away \
+             and run this again)"
+        ),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => "installed",
+        Err(e) => return Err(e).with_context(|| format!("reading {shown}")),
+    };
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    write_atomically(&file, OPENCODE_PLUGIN.as_bytes())?;
+    println!("{verb} {shown}; OpenCode loads it when it next starts");
+    Ok(())
+}
+
+fn uninstall_opencode(dir: &Path) -> anyhow::Result<()> {
+    let file = dir.join(OPENCODE_FILE);
+    let shown = file.display();
+    match fs::read(&file) {
+        Ok(existing) if is_our_plugin(&existing) => {
+            fs::remove_file(&file).with_context(|| format!("removing {shown}"))?;
+            println!("removed {shown}");
+            Ok(())
+        }
+        Ok(_) => bail!("{shown} is not dstream's plugin; it was left untouched"),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            println!("{shown} does not exist; nothing to remove");
+            Ok(())
+        }
+        Err(e) => Err(e).with_context(|| format!("reading {shown}")),
+    }
+}
+
+// ---- files ----
+
+/// Replaces `path` with `content` in one step: writes a temporary file next to it, syncs it,
+/// and renames it over the old one, keeping the old file's permissions. A symbolic link (a
+/// dotfiles manager's, say) stays a link: its target is what gets replaced.
+fn write_atomically(path: &Path, content: &[u8]) -> anyhow::Result<()> {
+    let path = match fs::canonicalize(path) {
+        Ok(real) => real,
+        Err(_) => path.to_path_buf(),
+    };
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .ok_or_else(|| anyhow!("{} is not a file path", path.display()))?;
+    let tmp = dir.join(format!(
+        ".{}.dstream-{}.tmp",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let result = (|| -> io::Result<()> {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
+        if let Ok(meta) = fs::metadata(&path) {
+            f.set_permissions(meta.permissions())?;
+        }
+        f.write_all(content)?;
+        f.sync_all()?;
+        fs::rename(&tmp, &path)?;
+        // The rename is durable once the directory is synced; not every platform allows it.
+        if let Ok(d) = fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    })();
+    if let Err(e) = result {
+        let _ = fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("writing {}", path.display()));
+    }
+    Ok(())
+}
+
+// ---- shell words ----
+
+mod shell {
+    /// `s` as one POSIX shell word: unchanged when it has no special characters, else in
+    /// single quotes.
+    pub fn quote(s: &str) -> String {
+        let plain = |c: char| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c);
+        if !s.is_empty() && s.chars().all(plain) {
+            s.to_string()
+        } else {
+            format!("'{}'", s.replace('\'', r"'\''"))
+        }
+    }
+
+    /// Splits a command line into words as a POSIX shell would (quotes and backslashes; no
+    /// expansions), with each word's byte span in the line. `None` for unbalanced quotes.
+    pub fn split(line: &str) -> Option<Vec<(String, std::ops::Range<usize>)>> {
+        let mut words = Vec::new();
+        let mut chars = line.char_indices().peekable();
+        loop {
+            while chars.next_if(|(_, c)| c.is_whitespace()).is_some() {}
+            let Some(&(start, _)) = chars.peek() else {
+                return Some(words);
+            };
+            let mut word = String::new();
+            while let Some((_, c)) = chars.next_if(|(_, c)| !c.is_whitespace()) {
+                match c {
+                    '\'' => loop {
+                        match chars.next()? {
+                            (_, '\'') => break,
+                            (_, c) => word.push(c),
+                        }
+                    },
+                    '"' => loop {
+                        match chars.next()? {
+                            (_, '"') => break,
+                            (_, '\\')
+                                if chars
+                                    .peek()
+                                    .is_some_and(|(_, n)| matches!(n, '"' | '\\' | '$' | '`')) =>
+                            {
+                                word.push(chars.next()?.1);
+                            }
+                            (_, c) => word.push(c),
+                        }
+                    },
+                    '\\' => word.push(chars.next()?.1),
+                    c => word.push(c),
+                }
+            }
+            // The word ends where the next blank starts, or with the line.
+            let end = chars.peek().map_or(line.len(), |(i, _)| *i);
+            words.push((word, start..end));
+        }
+    }
+
+    /// A hook command that runs `dstream hook <agent>`, possibly after `NAME=value`
+    /// assignments and with more arguments after it.
+    pub struct HookCommand {
+        line: String,
+        /// The dstream binary as written (unquoted).
+        pub exe: String,
+        exe_span: std::ops::Range<usize>,
+    }
+
+    impl HookCommand {
+        pub fn parse(line: &str, agent: &str) -> Option<HookCommand> {
+            let words = split(line)?;
+            let is_assignment = |w: &str| {
+                w.split_once('=').is_some_and(|(name, _)| {
+                    !name.is_empty()
+                        && !name.starts_with(|c: char| c.is_ascii_digit())
+                        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                })
+            };
+            let first = words.iter().position(|(w, _)| !is_assignment(w))?;
+            let [(exe, span), (hook, _), (named, _), ..] = &words[first..] else {
+                return None;
+            };
+            let stem = std::path::Path::new(exe).file_stem()?;
+            (stem == "dstream" && hook == "hook" && named == agent).then(|| HookCommand {
+                line: line.to_string(),
+                exe: exe.clone(),
+                exe_span: span.clone(),
+            })
+        }
+
+        /// The same command line running `exe` instead; everything else kept verbatim.
+        pub fn with_exe(&self, exe: &str) -> String {
+            format!(
+                "{}{}{}",
+                &self.line[..self.exe_span.start],
+                quote(exe),
+                &self.line[self.exe_span.end..]
+            )
+        }
+    }
+}
+
+// ---- JSON that keeps its key order ----
+
+mod json {
+    //! A JSON value whose objects keep their keys in file order, so that editing a settings
+    //! file leaves the parts it does not change as the person wrote them. (serde_json's own
+    //! `Value` sorts keys unless its `preserve_order` feature is on, and that feature would
+    //! change key order for the whole workspace, the stored events included.)
+
+    use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+    use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
+
+    #[derive(Clone, Debug, PartialEq)]
+    pub enum Json {
+        Null,
+        Bool(bool),
+        Number(serde_json::Number),
+        String(String),
+        Array(Vec<Json>),
+        Object(Vec<(String, Json)>),
+    }
+
+    impl From<u64> for Json {
+        fn from(n: u64) -> Json {
+            Json::Number(n.into())
+        }
+    }
+
+    impl Json {
+        pub fn get(&self, key: &str) -> Option<&Json> {
+            match self {
+                Json::Object(entries) => entries.iter().find(|(k, _)| k == key).map(|(_, v)| v),
+                _ => None,
+            }
+        }
+
+        pub fn get_mut(&mut self, key: &str) -> Option<&mut Json> {
+            match self {
+                Json::Object(entries) => entries.iter_mut().find(|(k, _)| k == key).map(|(_, v)| v),
+                _ => None,
+            }
+        }
+
+        /// The value at `key`, added at the end (made by `new`) when missing; `None` when
+        /// `self` is not an object.
+        pub fn entry(&mut self, key: &str, new: impl FnOnce() -> Json) -> Option<&mut Json> {
+            let Json::Object(entries) = self else {
+                return None;
+            };
+            let at = match entries.iter().position(|(k, _)| k == key) {
+                Some(at) => at,
+                None => {
+                    entries.push((key.to_string(), new()));
+                    entries.len() - 1
+                }
+            };
+            Some(&mut entries[at].1)
+        }
+
+        /// Sets `key` (in place when present, else at the end). No-op on a non-object.
+        pub fn set(&mut self, key: &str, value: Json) {
+            if let Some(slot) = self.entry(key, || Json::Null) {
+                *slot = value;
+            }
+        }
+
+        pub fn remove(&mut self, key: &str) {
+            if let Json::Object(entries) = self {
+                entries.retain(|(k, _)| k != key);
+            }
+        }
+
+        pub fn keys(&self) -> impl Iterator<Item = &str> {
+            let entries: &[(String, Json)] = match self {
+                Json::Object(entries) => entries,
+                _ => &[],
+            };
+            entries.iter().map(|(k, _)| k.as_str())
+        }
+    }
+
+    impl Serialize for Json {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            match self {
+                Json::Null => s.serialize_unit(),
+                Json::Bool(b) => s.serialize_bool(*b),
+                Json::Number(n) => n.serialize(s),
+                Json::String(v) => s.serialize_str(v),
+                Json::Array(items) => {
+                    let mut seq = s.serialize_seq(Some(items.len()))?;
+                    for item in items {
+                        seq.serialize_element(item)?;
+                    }
+                    seq.end()
+                }
+                Json::Object(entries) => {
+                    let mut map = s.serialize_map(Some(entries.len()))?;
+                    for (k, v) in entries {
+                        map.serialize_entry(k, v)?;
+                    }
+                    map.end()
+                }
+            }
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Json {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Json, D::Error> {
+            d.deserialize_any(JsonVisitor)
+        }
+    }
+
+    struct JsonVisitor;
+
+    impl<'de> Visitor<'de> for JsonVisitor {
+        type Value = Json;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON value")
+        }
+        fn visit_unit<E>(self) -> Result<Json, E> {
+            Ok(Json::Null)
+        }
+        fn visit_bool<E>(self, b: bool) -> Result<Json, E> {
+            Ok(Json::Bool(b))
+        }
+        fn visit_i64<E>(self, n: i64) -> Result<Json, E> {
+            Ok(Json::Number(n.into()))
+        }
+        fn visit_u64<E>(self, n: u64) -> Result<Json, E> {
+            Ok(Json::Number(n.into()))
+        }
+        fn visit_f64<E: de::Error>(self, n: f64) -> Result<Json, E> {
+            serde_json::Number::from_f64(n)
+                .map(Json::Number)
+                .ok_or_else(|| E::custom("a number JSON cannot hold"))
+        }
+        fn visit_str<E>(self, s: &str) -> Result<Json, E> {
+            Ok(Json::String(s.to_string()))
+        }
+        fn visit_string<E>(self, s: String) -> Result<Json, E> {
+            Ok(Json::String(s))
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Json, A::Error> {
+            let mut items = Vec::new();
+            while let Some(item) = seq.next_element()? {
+                items.push(item);
+            }
+            Ok(Json::Array(items))
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Json, A::Error> {
+            let mut entries: Vec<(String, Json)> = Vec::new();
+            while let Some((k, v)) = map.next_entry::<String, Json>()? {
+                // A repeated key counts once, with its last value, as most JSON readers
+                // (Claude Code's included) take it.
+                match entries.iter_mut().find(|(key, _)| *key == k) {
+                    Some(slot) => slot.1 = v,
+                    None => entries.push((k, v)),
+                }
+            }
+            Ok(Json::Object(entries))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXE: &str = "/opt/my tools/dstream";
+
+    fn doc(text: &str) -> Json {
+        serde_json::from_str(text).unwrap()
+    }
+
+    fn text(doc: &Json) -> String {
+        serde_json::to_string(doc).unwrap()
+    }
+
+    #[test]
+    fn quoting_and_splitting_round_trip() {
+        for s in [
+            "/usr/bin/dstream",
+            "/opt/my tools/dstream",
+            "it's",
+            "",
+            "a\"b$c\\d",
+        ] {
+            let words = shell::split(&shell::quote(s)).unwrap();
+            assert_eq!(words.len(), 1, "{s:?}");
+            assert_eq!(words[0].0, s);
+        }
+        assert_eq!(shell::quote("/usr/bin/dstream"), "/usr/bin/dstream");
+        let words: Vec<String> = shell::split(r#"a "b c" d\ e 'f'"g""#)
+            .unwrap()
+            .into_iter()
+            .map(|w| w.0)
+            .collect();
+        assert_eq!(words, ["a", "b c", "d e", "fg"]);
+        assert!(shell::split("'open").is_none());
+    }
+
+    #[test]
+    fn hook_commands_are_recognised_by_what_they_run() {
+        let parse = |c: &str| shell::HookCommand::parse(c, "claude-code").map(|h| h.exe);
+        assert_eq!(
+            parse("dstream hook claude-code").as_deref(),
+            Some("dstream")
+        );
+        assert_eq!(
+            parse("'/opt/my tools/dstream' hook claude-code --fail-closed").as_deref(),
+            Some("/opt/my tools/dstream")
+        );
+        assert_eq!(
+            parse("DSTREAM_SOCKET=/tmp/s /usr/bin/dstream hook claude-code").as_deref(),
+            Some("/usr/bin/dstream")
+        );
+        assert_eq!(parse("dstream hook opencode"), None);
+        assert_eq!(parse("dstream-other hook claude-code"), None);
+        assert_eq!(parse("echo dstream hook claude-code"), None);
+        assert_eq!(parse("dstream tail x"), None);
+        let h = shell::HookCommand::parse(
+            "DSTREAM_HOOK_DEBUG=1 /old/dstream hook claude-code || true",
+            "claude-code",
+        )
+        .unwrap();
+        assert_eq!(
+            h.with_exe(EXE),
+            "DSTREAM_HOOK_DEBUG=1 '/opt/my tools/dstream' hook claude-code || true"
+        );
+    }
+
+    #[test]
+    fn install_then_uninstall_gives_back_the_same_document() {
+        let original = r#"{"z": 1, "hooks": {"PreToolUse": [{"matcher": "Bash",
+            "hooks": [{"type": "command", "command": "./check.sh"}]}], "Stop": []},
+            "a": {"y": true, "b": null}, "permissions": {"allow": ["Bash(ls)"]}}"#;
+        let mut d = doc(original);
+        let events = chosen_events(&[]).unwrap();
+        let changes = add_hooks(&mut d, &events, EXE).unwrap();
+        assert_eq!(changes.added.len(), CLAUDE_EVENTS.len());
+        // Keys keep their order; new events come after the existing ones.
+        assert_eq!(
+            d.keys().collect::<Vec<_>>(),
+            ["z", "hooks", "a", "permissions"]
+        );
+        let hook_keys: Vec<_> = d.get("hooks").unwrap().keys().collect();
+        assert_eq!(&hook_keys[..2], ["PreToolUse", "Stop"]);
+        // The user's PreToolUse hook is still first.
+        let pre = text(d.get("hooks").unwrap().get("PreToolUse").unwrap());
+        assert!(pre.starts_with(r#"[{"matcher":"Bash","hooks":[{"type":"command","command":"./check.sh"}]},{"hooks":[{"type":"command","command":"'/opt/my tools/dstream' hook claude-code","timeout":600}]}"#), "{pre}");
+        // Twice: no change.
+        let once = d.clone();
+        let again = add_hooks(&mut d, &events, EXE).unwrap();
+        assert!(again.added.is_empty() && again.updated.is_empty());
+        assert_eq!(d, once);
+        // Removed: all of it, and the lists it alone filled.
+        let removed = remove_hooks(&mut d).unwrap();
+        assert_eq!(removed.len(), CLAUDE_EVENTS.len());
+        // `Stop: []` was empty before install, and is emptied again by the removal.
+        let mut expected = doc(original);
+        let Some(Json::Object(hooks)) = expected.get_mut("hooks") else {
+            panic!()
+        };
+        hooks.retain(|(k, _)| k != "Stop");
+        assert_eq!(text(&d), text(&expected));
+    }
+
+    #[test]
+    fn a_moved_binary_is_repointed_and_user_flags_are_kept() {
+        let mut d = doc(r#"{"hooks": {"PreToolUse": [{"hooks": [{"type": "command",
+            "command": "/old/dstream hook claude-code --fail-closed", "timeout": 30}]}]}}"#);
+        let changes = add_hooks(&mut d, &["PreToolUse"], EXE).unwrap();
+        assert_eq!(changes.updated, ["PreToolUse"]);
+        assert!(changes.added.is_empty());
+        assert_eq!(
+            text(&d),
+            r#"{"hooks":{"PreToolUse":[{"hooks":[{"type":"command","command":"'/opt/my tools/dstream' hook claude-code --fail-closed","timeout":30}]}]}}"#
+        );
+    }
+
+    #[test]
+    fn uninstall_keeps_other_hooks_in_shared_groups() {
+        let mut d = doc(r#"{"hooks": {"Stop": [{"matcher": "", "hooks": [
+                {"type": "command", "command": "dstream hook claude-code"},
+                {"type": "command", "command": "notify-send done"}]}]}}"#);
+        assert_eq!(remove_hooks(&mut d).unwrap(), ["Stop"]);
+        assert_eq!(
+            text(&d),
+            r#"{"hooks":{"Stop":[{"matcher":"","hooks":[{"type":"command","command":"notify-send done"}]}]}}"#
+        );
+        // Nothing of ours left: nothing removed.
+        assert!(remove_hooks(&mut d).unwrap().is_empty());
+    }
+
+    #[test]
+    fn badly_shaped_hooks_are_refused() {
+        assert!(add_hooks(&mut doc(r#"{"hooks": []}"#), &["Stop"], EXE).is_err());
+        assert!(add_hooks(&mut doc(r#"{"hooks": {"Stop": {}}}"#), &["Stop"], EXE).is_err());
+        assert!(remove_hooks(&mut doc(r#"{"hooks": 3}"#)).is_err());
+    }
+
+    #[test]
+    fn event_lists() {
+        assert_eq!(chosen_events(&[]).unwrap().len(), CLAUDE_EVENTS.len());
+        assert_eq!(chosen_events(&["core".into()]).unwrap(), CLAUDE_CORE_EVENTS);
+        assert_eq!(
+            chosen_events(&["Stop".into(), "PreToolUse".into(), "Stop".into()]).unwrap(),
+            ["Stop", "PreToolUse"]
+        );
+        assert!(chosen_events(&["WorktreeCreate".into()]).is_err());
+        assert!(chosen_events(&["PreToolCall".into()]).is_err());
+        assert!(!CLAUDE_EVENTS.contains(&"WorktreeCreate"));
+        for e in CLAUDE_CORE_EVENTS {
+            assert!(CLAUDE_EVENTS.contains(e));
+        }
+    }
+
+    #[test]
+    fn ordered_json_keeps_numbers_and_order() {
+        let t = r#"{"b":1,"a":[1.5,-2,18446744073709551615,"x",null,true],"c":{}}"#;
+        assert_eq!(text(&doc(t)), t);
+        assert_eq!(text(&doc(r#"{"k":1,"k":2}"#)), r#"{"k":2}"#);
+    }
+
+    #[test]
+    fn the_plugin_carries_its_marker() {
+        assert!(is_our_plugin(OPENCODE_PLUGIN.as_bytes()));
+        assert!(!is_our_plugin(b"export const Other = async () => ({})"));
+    }
+}
