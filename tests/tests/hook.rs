@@ -1,0 +1,922 @@
+//! `dstream hook claude-code` and the OpenCode plugin, as the agents run them: without a daemon,
+//! against a scripted stand-in daemon (for exact decisions and failures), and against the real
+//! daemon.
+#![cfg(unix)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use dstream_tests::serde_json::{self, Value, json};
+use dstream_tests::{Daemon, daemon_bin, wait_child};
+
+/// A hook that has not exited after this long is hung (a generous bound: machines are noisy).
+const HANG_GUARD: Duration = Duration::from_secs(5);
+
+fn pre_tool_use(session: &str) -> Value {
+    json!({
+        "session_id": session,
+        "transcript_path": "/tmp/transcript.jsonl",
+        "cwd": "/tmp",
+        "permission_mode": "default",
+        "hook_event_name": "PreToolUse",
+        "tool_name": "Bash",
+        "tool_input": {"command": "ls -la", "description": "list files"},
+        "tool_use_id": "toolu_01TEST"
+    })
+}
+
+fn event_of(kind: &str, session: &str) -> Value {
+    let mut e = pre_tool_use(session);
+    e["hook_event_name"] = json!(kind);
+    e
+}
+
+/// Runs `dstream hook claude-code` with `stdin`, extra arguments and environment; fails the test
+/// if it runs longer than `guard`. Returns the output and how long it took.
+fn hook_with(
+    socket: &Path,
+    stdin: &[u8],
+    args: &[&str],
+    env: &[(&str, &str)],
+    guard: Duration,
+) -> (Output, Duration) {
+    let mut cmd = Command::new(daemon_bin());
+    cmd.args(["hook", "claude-code"])
+        .args(args)
+        .env("DSTREAM_SOCKET", socket)
+        .env_remove("DSTREAM_HOOK_FAIL_CLOSED")
+        .env_remove("DSTREAM_HOOK_TIMEOUT_MS")
+        .env_remove("DSTREAM_HOOK_DEBUG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let started = Instant::now();
+    let mut child = cmd.spawn().expect("spawn dstream hook");
+    let mut input = child.stdin.take().unwrap();
+    let stdin = stdin.to_vec();
+    // The hook may stop reading early (it reads at most 64 MiB); a broken pipe is fine.
+    let writer = thread::spawn(move || {
+        let _ = input.write_all(&stdin);
+    });
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let out_reader = thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = out.read_to_end(&mut b);
+        b
+    });
+    let err_reader = thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = err.read_to_end(&mut b);
+        b
+    });
+    let Some(status) = wait_child(&mut child, guard) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("dstream hook was still running after {guard:?}");
+    };
+    let took = started.elapsed();
+    let _ = writer.join();
+    (
+        Output {
+            status,
+            stdout: out_reader.join().unwrap(),
+            stderr: err_reader.join().unwrap(),
+        },
+        took,
+    )
+}
+
+fn hook(socket: &Path, event: &Value, args: &[&str]) -> Output {
+    hook_with(
+        socket,
+        event.to_string().as_bytes(),
+        args,
+        &[],
+        Duration::from_secs(20),
+    )
+    .0
+}
+
+/// The hook's stdout as JSON, or `Null` when it printed nothing.
+fn printed(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "hook exited with {}; stderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    if text.trim().is_empty() {
+        return Value::Null;
+    }
+    assert_eq!(
+        text.trim_end().lines().count(),
+        1,
+        "hook printed more than one line: {text}"
+    );
+    serde_json::from_str(text.trim())
+        .unwrap_or_else(|e| panic!("hook printed non-JSON ({e}): {text}"))
+}
+
+fn temp_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("dstream-hook-")
+        .tempdir()
+        .unwrap()
+}
+
+// ---- a scripted stand-in for the daemon ----
+
+type Responder = dyn Fn(&Value) -> Value + Send + Sync;
+
+/// Listens on a socket, records every frame it receives, and answers each request with what
+/// `respond` returns: a full response object minus `jsonrpc`/`id`, e.g. `{"result": …}`, or
+/// `Null` to never answer.
+struct FakeDaemon {
+    path: PathBuf,
+    frames: Arc<Mutex<Vec<Value>>>,
+    conns: Arc<Mutex<Vec<UnixStream>>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    acceptor: Option<thread::JoinHandle<()>>,
+}
+
+impl FakeDaemon {
+    fn start(path: &Path, respond: impl Fn(&Value) -> Value + Send + Sync + 'static) -> FakeDaemon {
+        let _ = std::fs::remove_file(path);
+        let listener = UnixListener::bind(path).expect("bind fake daemon");
+        let frames = Arc::new(Mutex::new(Vec::new()));
+        let conns = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let respond: Arc<Responder> = Arc::new(respond);
+        let acceptor = {
+            let (frames, conns, stop) = (frames.clone(), conns.clone(), stop.clone());
+            thread::spawn(move || {
+                for stream in listener.incoming() {
+                    if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                        return;
+                    }
+                    let Ok(stream) = stream else { continue };
+                    conns.lock().unwrap().push(stream.try_clone().unwrap());
+                    let (frames, respond) = (frames.clone(), respond.clone());
+                    thread::spawn(move || serve(stream, &frames, &*respond));
+                }
+            })
+        };
+        FakeDaemon {
+            path: path.to_path_buf(),
+            frames,
+            conns,
+            stop,
+            acceptor: Some(acceptor),
+        }
+    }
+
+    fn frames(&self) -> Vec<Value> {
+        self.frames.lock().unwrap().clone()
+    }
+
+    /// Waits until at least `n` frames arrived; panics after `timeout`.
+    fn wait_frames(&self, n: usize, timeout: Duration) -> Vec<Value> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let frames = self.frames();
+            if frames.len() >= n {
+                return frames;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "expected {n} frames, got {}: {frames:?}",
+                frames.len()
+            );
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Closes every connection and the listener, and removes the socket: the daemon is gone.
+    fn stop(mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = UnixStream::connect(&self.path);
+        if let Some(a) = self.acceptor.take() {
+            a.join().unwrap();
+        }
+        for c in self.conns.lock().unwrap().drain(..) {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn serve(stream: UnixStream, frames: &Mutex<Vec<Value>>, respond: &Responder) {
+    let mut writer = stream.try_clone().unwrap();
+    for line in BufReader::new(stream).lines() {
+        let Ok(line) = line else { return };
+        let Ok(frame) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        frames.lock().unwrap().push(frame.clone());
+        let mut reply = respond(&frame);
+        if reply.is_null() || frame.get("id").is_none() {
+            continue;
+        }
+        reply["jsonrpc"] = json!("2.0");
+        reply["id"] = frame["id"].clone();
+        let mut bytes = serde_json::to_vec(&reply).unwrap();
+        bytes.push(b'\n');
+        if writer.write_all(&bytes).is_err() {
+            return;
+        }
+    }
+}
+
+fn decision(d: Value) -> impl Fn(&Value) -> Value + Send + Sync + 'static {
+    move |_| json!({"result": {"events": [], "decision": d}})
+}
+
+// ---- the hook without a daemon ----
+
+#[test]
+fn without_a_daemon_the_hook_prints_nothing_and_exits_at_once() {
+    let dir = temp_dir();
+    let missing = dir.path().join("no-such-dir").join("dstream.sock");
+    let event = pre_tool_use("s-down");
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let (out, took) = hook_with(&missing, event.to_string().as_bytes(), &[], &[], HANG_GUARD);
+        assert_eq!(printed(&out), Value::Null);
+        assert!(
+            out.stderr.is_empty(),
+            "a daemon that is not running is not worth a word on stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        times.push(took);
+    }
+    // A socket file nobody listens on (a daemon that died): refused, just as quiet.
+    let stale = dir.path().join("stale.sock");
+    drop(UnixListener::bind(&stale).unwrap());
+    let (out, took) = hook_with(&stale, event.to_string().as_bytes(), &[], &[], HANG_GUARD);
+    assert_eq!(printed(&out), Value::Null);
+    times.push(took);
+    times.sort();
+    eprintln!(
+        "dstream hook with the daemon down took {times:?} (median {:?})",
+        times[times.len() / 2]
+    );
+}
+
+#[test]
+fn fail_closed_denies_tool_calls_when_the_daemon_is_down() {
+    let dir = temp_dir();
+    let missing = dir.path().join("dstream.sock");
+    let out = hook(&missing, &pre_tool_use("s1"), &["--fail-closed"]);
+    let answer = printed(&out);
+    assert_eq!(answer["hookSpecificOutput"]["hookEventName"], "PreToolUse");
+    assert_eq!(answer["hookSpecificOutput"]["permissionDecision"], "deny");
+    let reason = answer["hookSpecificOutput"]["permissionDecisionReason"]
+        .as_str()
+        .unwrap();
+    assert!(
+        reason.contains("not running") && reason.contains("fail-closed"),
+        "{reason}"
+    );
+
+    // The environment variable does the same; PermissionRequest gets its own format.
+    let (out, _) = hook_with(
+        &missing,
+        event_of("PermissionRequest", "s1").to_string().as_bytes(),
+        &[],
+        &[("DSTREAM_HOOK_FAIL_CLOSED", "1")],
+        HANG_GUARD,
+    );
+    let answer = printed(&out);
+    assert_eq!(
+        answer["hookSpecificOutput"]["hookEventName"],
+        "PermissionRequest"
+    );
+    assert_eq!(answer["hookSpecificOutput"]["decision"]["behavior"], "deny");
+    assert!(answer["hookSpecificOutput"]["decision"]["message"].is_string());
+
+    // Events that take no decision are never blocked.
+    for kind in ["PostToolUse", "Stop", "UserPromptSubmit", "SessionStart"] {
+        let out = hook(&missing, &event_of(kind, "s1"), &["--fail-closed"]);
+        assert_eq!(printed(&out), Value::Null, "{kind}");
+    }
+}
+
+#[test]
+fn bad_input_never_crashes_the_hook() {
+    let dir = temp_dir();
+    let missing = dir.path().join("dstream.sock");
+    let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+    let mut big = vec![b'{'; 1 << 20];
+    big.extend_from_slice(b"\xff\xfe");
+    let inputs: Vec<&[u8]> = vec![
+        b"",
+        b"not json at all",
+        b"\xff\xfe\x00\x01",
+        b"{\"hook_event_name\": \"PreToolUse\", \"tool_input\": {",
+        b"[1, 2, 3]",
+        b"null",
+        deep.as_bytes(),
+        &big,
+    ];
+    for input in &inputs {
+        for args in [&[][..], &["--fail-closed"][..]] {
+            let (out, _) = hook_with(&missing, input, args, &[], HANG_GUARD);
+            let answer = printed(&out);
+            let head = String::from_utf8_lossy(&input[..input.len().min(40)]).into_owned();
+            if args.is_empty() {
+                assert_eq!(answer, Value::Null, "{head:?}");
+            } else if head.contains("PreToolUse") {
+                // Cut-short JSON still names its event: failing closed denies it.
+                assert_eq!(
+                    answer["hookSpecificOutput"]["permissionDecision"], "deny",
+                    "{head:?}"
+                );
+            } else {
+                assert_eq!(answer, Value::Null, "{head:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn usage_errors_do_not_exit_with_the_blocking_code() {
+    // Claude Code reads exit code 2 from a hook as "block the tool call".
+    for args in [
+        &["hook", "no-such-agent"][..],
+        &["hook", "claude-code", "--bogus"],
+        &["hook"],
+    ] {
+        let out = Command::new(daemon_bin())
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(out.stdout.is_empty());
+    }
+    let help = Command::new(daemon_bin())
+        .args(["hook", "--help"])
+        .output()
+        .unwrap();
+    assert!(help.status.success());
+    let text = String::from_utf8_lossy(&help.stdout);
+    for needle in [
+        "--fail-closed",
+        "DSTREAM_HOOK_TIMEOUT_MS",
+        "DSTREAM_SOCKET",
+        "permissionDecision",
+    ] {
+        assert!(text.contains(needle), "help lacks {needle}: {text}");
+    }
+}
+
+// ---- the hook against a scripted daemon ----
+
+#[test]
+fn the_hook_sends_ingest_and_answers_in_claude_codes_format() {
+    let dir = temp_dir();
+    let sock = dir.path().join("fake.sock");
+    let event = pre_tool_use("sess-fmt-1");
+
+    // allow, with an edited input
+    let fake = FakeDaemon::start(
+        &sock,
+        decision(
+            json!({"action": "allow", "reason": "safe", "decided_by": "rule:ls",
+            "updated_input": {"command": "ls"}}),
+        ),
+    );
+    let answer = printed(&hook(&sock, &event, &[]));
+    assert_eq!(
+        answer,
+        json!({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow",
+            "permissionDecisionReason": "safe", "updatedInput": {"command": "ls"}}})
+    );
+    let frames = fake.frames();
+    assert_eq!(frames.len(), 1, "{frames:?}");
+    assert_eq!(frames[0]["jsonrpc"], "2.0");
+    assert_eq!(frames[0]["method"], "ingest");
+    assert_eq!(
+        frames[0]["params"],
+        json!({"source": "claude-code", "event": event, "session_id": "sess-fmt-1"})
+    );
+    let answer = printed(&hook(&sock, &event_of("PermissionRequest", "s"), &[]));
+    assert_eq!(
+        answer,
+        json!({"hookSpecificOutput": {"hookEventName": "PermissionRequest",
+            "decision": {"behavior": "allow", "updatedInput": {"command": "ls"}}}})
+    );
+    // Events that take no decision print nothing, whatever the daemon says.
+    assert_eq!(
+        printed(&hook(&sock, &event_of("PostToolUse", "s"), &[])),
+        Value::Null
+    );
+    fake.stop();
+
+    // deny
+    let fake = FakeDaemon::start(
+        &sock,
+        decision(json!({"action": "deny", "reason": "no rm", "decided_by": "rule:rm"})),
+    );
+    assert_eq!(
+        printed(&hook(&sock, &event, &[])),
+        json!({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
+            "permissionDecisionReason": "no rm"}})
+    );
+    assert_eq!(
+        printed(&hook(&sock, &event_of("PermissionRequest", "s"), &[])),
+        json!({"hookSpecificOutput": {"hookEventName": "PermissionRequest",
+            "decision": {"behavior": "deny", "message": "no rm"}}})
+    );
+    fake.stop();
+
+    // ask, and no decision: Claude Code goes on as usual.
+    for reply in [
+        json!({"result": {"events": [], "decision": {"action": "ask"}}}),
+        json!({"result": {"events": [{"lsn": 1, "id": "01JDQ3V9S6X4M2B1K0ZP7T8W5R",
+            "type": "execution.tool_use", "session_id": "s"}]}}),
+    ] {
+        let fake = FakeDaemon::start(&sock, move |_| reply.clone());
+        for kind in ["PreToolUse", "PermissionRequest"] {
+            assert_eq!(
+                printed(&hook(&sock, &event_of(kind, "s"), &[])),
+                Value::Null
+            );
+        }
+        fake.stop();
+    }
+
+    // An error reply fails open, or closed with --fail-closed.
+    let fake = FakeDaemon::start(
+        &sock,
+        |_| json!({"error": {"code": -32603, "message": "pipeline exploded"}}),
+    );
+    let out = hook(&sock, &event, &[]);
+    assert_eq!(printed(&out), Value::Null);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("pipeline exploded"),
+        "an error reply is worth one line on stderr"
+    );
+    let answer = printed(&hook(&sock, &event, &["--fail-closed"]));
+    assert_eq!(answer["hookSpecificOutput"]["permissionDecision"], "deny");
+    assert!(
+        answer["hookSpecificOutput"]["permissionDecisionReason"]
+            .as_str()
+            .unwrap()
+            .contains("pipeline exploded")
+    );
+    fake.stop();
+}
+
+#[test]
+fn session_ids_that_the_daemon_would_refuse_are_not_passed_on() {
+    let dir = temp_dir();
+    let sock = dir.path().join("fake.sock");
+    let fake = FakeDaemon::start(&sock, |_| json!({"result": {"events": []}}));
+    let event = pre_tool_use("../../etc/passwd");
+    assert_eq!(printed(&hook(&sock, &event, &[])), Value::Null);
+    let frames = fake.wait_frames(1, HANG_GUARD);
+    assert!(
+        frames[0]["params"].get("session_id").is_none(),
+        "{}",
+        frames[0]
+    );
+    assert_eq!(frames[0]["params"]["event"], event);
+    // Text that is not JSON goes as a JSON string.
+    let (out, _) = hook_with(&sock, b"oops {", &[], &[], HANG_GUARD);
+    assert_eq!(printed(&out), Value::Null);
+    let frames = fake.wait_frames(2, HANG_GUARD);
+    assert_eq!(frames[1]["params"]["event"], "oops {");
+    fake.stop();
+}
+
+#[test]
+fn a_daemon_that_never_answers_is_cut_off_by_the_deadline() {
+    let dir = temp_dir();
+    let sock = dir.path().join("fake.sock");
+    let fake = FakeDaemon::start(&sock, |_| Value::Null);
+    let env = [("DSTREAM_HOOK_TIMEOUT_MS", "300")];
+    let event = pre_tool_use("s-slow").to_string();
+    let (out, took) = hook_with(&sock, event.as_bytes(), &[], &env, HANG_GUARD);
+    assert_eq!(printed(&out), Value::Null);
+    assert!(took >= Duration::from_millis(300), "{took:?}");
+    let (out, _) = hook_with(
+        &sock,
+        event.as_bytes(),
+        &["--fail-closed"],
+        &env,
+        HANG_GUARD,
+    );
+    let answer = printed(&out);
+    assert_eq!(answer["hookSpecificOutput"]["permissionDecision"], "deny");
+    assert!(
+        answer["hookSpecificOutput"]["permissionDecisionReason"]
+            .as_str()
+            .unwrap()
+            .contains("timed out")
+    );
+    fake.stop();
+}
+
+#[test]
+fn a_stdin_that_never_ends_is_cut_off_too() {
+    let dir = temp_dir();
+    let sock = dir.path().join("none.sock");
+    let mut child = Command::new(daemon_bin())
+        .args(["hook", "claude-code"])
+        .env("DSTREAM_SOCKET", &sock)
+        .env("DSTREAM_HOOK_TIMEOUT_MS", "300")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"{\"hook_event_name\":").unwrap();
+    let status = wait_child(&mut child, HANG_GUARD).unwrap_or_else(|| {
+        let _ = child.kill();
+        panic!("the hook waited for stdin past its deadline")
+    });
+    assert!(status.success());
+    drop(stdin);
+}
+
+#[test]
+fn events_bigger_than_the_daemons_frame_limit_are_cut_to_fit() {
+    let dir = temp_dir();
+    let sock = dir.path().join("fake.sock");
+    let limit = 64 * 1024;
+    // The stand-in refuses frames over `limit`, as the daemon does, and tells its limit.
+    let fake = FakeDaemon::start(&sock, move |frame| {
+        let size = serde_json::to_vec(frame).unwrap().len();
+        match frame["method"].as_str() {
+            Some("hello") => json!({"result": {"server": "fake", "version": "0", "protocol": 1,
+                "max_frame_bytes": limit, "fsync": "always", "peer": {"uid": null, "gid": null, "pid": null}}}),
+            _ if size > limit => json!({"error": {"code": -32003, "message": "frame too large"}}),
+            _ => json!({"result": {"events": [], "decision": {"action": "allow",
+                "updated_input": {"command": "edited"}}}}),
+        }
+    });
+    let mut event = pre_tool_use("s-big");
+    event["tool_input"]["command"] = json!("x".repeat(300_000));
+    let answer = printed(&hook(&sock, &event, &[]));
+    let frames = fake.frames();
+    let methods: Vec<_> = frames
+        .iter()
+        .map(|f| f["method"].as_str().unwrap())
+        .collect();
+    assert_eq!(methods, ["ingest", "hello", "ingest"]);
+    let sent = &frames[2]["params"]["event"];
+    assert!(serde_json::to_vec(&frames[2]).unwrap().len() <= limit);
+    assert_eq!(sent["tool_use_id"], "toolu_01TEST");
+    assert!(
+        sent["tool_input"]["command"]
+            .as_str()
+            .unwrap()
+            .ends_with("bytes cut]")
+    );
+    // Allowed, but the edit of a cut input is not applied.
+    assert_eq!(answer["hookSpecificOutput"]["permissionDecision"], "allow");
+    assert!(
+        answer["hookSpecificOutput"].get("updatedInput").is_none(),
+        "{answer}"
+    );
+    fake.stop();
+}
+
+// ---- the hook against the real daemon ----
+
+/// Waits until `session` has at least one event; returns its events.
+fn events_of(d: &Daemon, session: &str) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut c = d.client();
+        match c.call("read", json!({"session_id": session, "from_lsn": 1})) {
+            Ok(r) if !r["events"].as_array().unwrap().is_empty() => {
+                return c.read_all(session);
+            }
+            _ if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
+            other => panic!("no events in {session}: {other:?}"),
+        }
+    }
+}
+
+/// True when a stored event came from `raw` (kept verbatim in `raw`, as the design asks).
+fn came_from(stored: &Value, raw: &Value) -> bool {
+    &stored["raw"] == raw
+}
+
+#[test]
+fn hook_events_land_in_the_session_log() {
+    let d = Daemon::start();
+    let session = "hook-e2e-1";
+    let kinds = [
+        "SessionStart",
+        "UserPromptSubmit",
+        "PreToolUse",
+        "PostToolUse",
+        "Stop",
+    ];
+    for kind in kinds {
+        let event = event_of(kind, session);
+        let answer = printed(&hook(&d.socket(), &event, &[]));
+        if !answer.is_null() {
+            assert_eq!(
+                kind, "PreToolUse",
+                "only a tool call gets an answer: {answer}"
+            );
+            assert_eq!(answer["hookSpecificOutput"]["hookEventName"], "PreToolUse");
+            let decided = answer["hookSpecificOutput"]["permissionDecision"].as_str();
+            assert!(matches!(decided, Some("allow" | "deny")), "{answer}");
+        }
+    }
+    let stored = events_of(&d, session);
+    for kind in kinds {
+        let raw = event_of(kind, session);
+        assert!(
+            stored.iter().any(|e| came_from(e, &raw)),
+            "no stored event for {kind} in {stored:#?}"
+        );
+    }
+    for e in &stored {
+        assert_eq!(e["session_id"], session);
+    }
+}
+
+// ---- the OpenCode plugin ----
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// The plugin loaded by a Node process that plays OpenCode (scripts/opencode/test/driver.mjs).
+struct OpenCode {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+fn node() -> String {
+    std::env::var("DSTREAM_TEST_NODE").unwrap_or_else(|_| "node".into())
+}
+
+impl OpenCode {
+    fn start(socket: &Path, env: &[(&str, &str)]) -> OpenCode {
+        let root = repo_root();
+        let mut cmd = Command::new(node());
+        cmd.arg(root.join("scripts/opencode/test/driver.mjs"))
+            .arg(root.join("scripts/opencode/dstream.js"))
+            .env("DSTREAM_SOCKET", socket)
+            .env_remove("DSTREAM_HOOK_FAIL_CLOSED")
+            .env_remove("DSTREAM_HOOK_TIMEOUT_MS")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap_or_else(|e| {
+            panic!(
+                "these tests run the OpenCode plugin with Node.js, which could not be started \
+                 ({e}); install node, or point DSTREAM_TEST_NODE at it"
+            )
+        });
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut oc = OpenCode {
+            child,
+            stdin,
+            stdout,
+        };
+        let ready = oc.answer();
+        assert_eq!(ready["ready"], true, "{ready}");
+        assert_eq!(
+            ready["exports"],
+            json!(["DstreamPlugin"]),
+            "OpenCode calls every export as a plugin: the file must export only the plugin"
+        );
+        oc
+    }
+
+    fn answer(&mut self) -> Value {
+        let mut line = String::new();
+        let n = self.stdout.read_line(&mut line).unwrap();
+        assert!(n > 0, "the Node driver ended");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
+    }
+
+    fn send(&mut self, cmd: Value) -> Value {
+        writeln!(self.stdin, "{cmd}").unwrap();
+        self.stdin.flush().unwrap();
+        let (stdout, child) = (&mut self.stdout, &mut self.child);
+        // A plugin that hangs OpenCode fails the test instead of hanging it: past the
+        // deadline the driver is killed, which ends the read.
+        let line = thread::scope(|s| {
+            let reader = s.spawn(|| {
+                let mut line = String::new();
+                stdout.read_line(&mut line).map(|_| line)
+            });
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !reader.is_finished() {
+                if Instant::now() >= deadline {
+                    let _ = child.kill();
+                    let _ = reader.join();
+                    panic!("the plugin did not answer {cmd}");
+                }
+                thread::sleep(Duration::from_millis(5));
+            }
+            reader.join().unwrap().unwrap()
+        });
+        assert!(!line.is_empty(), "the Node driver ended");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
+    }
+
+    fn event(&mut self, event: Value) {
+        let a = self.send(json!({"op": "event", "event": event}));
+        assert_eq!(a["ok"], true, "{a}");
+    }
+
+    fn before(&mut self, input: Value, args: Value) -> Value {
+        self.send(json!({"op": "before", "input": input, "output": {"args": args}}))
+    }
+}
+
+impl Drop for OpenCode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn bus_event(kind: &str, session: &str, n: u64) -> Value {
+    json!({"type": kind, "properties": {"sessionID": session, "n": n}})
+}
+
+fn tool_input(session: &str, call: &str) -> Value {
+    json!({"tool": "bash", "sessionID": session, "callID": call})
+}
+
+#[test]
+fn opencode_plugin_gates_tool_calls_by_the_daemons_decision() {
+    let dir = temp_dir();
+    let sock = dir.path().join("fake.sock");
+    let fake = FakeDaemon::start(&sock, |frame| {
+        let event = &frame["params"]["event"];
+        let command = event["output"]["args"]["command"].as_str().unwrap_or("");
+        let d = match (event["hook"].as_str(), command) {
+            (Some("tool.execute.before"), c) if c.starts_with("rm") => {
+                json!({"action": "deny", "reason": "no rm here", "decided_by": "rule:rm"})
+            }
+            (Some("tool.execute.before"), "ls") => {
+                json!({"action": "allow", "updated_input": {"command": "ls -la", "timeout": 5}})
+            }
+            (Some("tool.execute.before"), _) => json!({"action": "ask"}),
+            _ => Value::Null,
+        };
+        json!({"result": {"events": [], "decision": d}})
+    });
+    let mut oc = OpenCode::start(&sock, &[]);
+
+    oc.event(bus_event("session.created", "ses_1", 1));
+    let denied = oc.before(tool_input("ses_1", "c1"), json!({"command": "rm -rf /"}));
+    assert_eq!(denied["ok"], false, "{denied}");
+    assert_eq!(denied["error"], "no rm here");
+
+    let edited = oc.before(
+        tool_input("ses_1", "c2"),
+        json!({"command": "ls", "description": "dropped by the edit"}),
+    );
+    assert_eq!(edited["ok"], true, "{edited}");
+    assert_eq!(
+        edited["output"]["args"],
+        json!({"command": "ls -la", "timeout": 5})
+    );
+
+    let asked = oc.before(tool_input("ses_1", "c3"), json!({"command": "cat x"}));
+    assert_eq!(asked["output"]["args"], json!({"command": "cat x"}));
+    let after = oc.send(json!({"op": "after", "input": tool_input("ses_1", "c3"),
+        "output": {"title": "cat", "output": "hello", "metadata": {}}}));
+    assert_eq!(after["ok"], true);
+
+    let frames = fake.wait_frames(5, HANG_GUARD);
+    for f in &frames {
+        assert_eq!(f["method"], "ingest");
+        assert_eq!(f["params"]["source"], "opencode");
+        assert_eq!(f["params"]["session_id"], "ses_1", "{f}");
+    }
+    assert_eq!(
+        frames[0]["params"]["event"],
+        bus_event("session.created", "ses_1", 1)
+    );
+    assert_eq!(frames[1]["params"]["event"]["hook"], "tool.execute.before");
+    assert_eq!(
+        frames[1]["params"]["event"]["input"],
+        tool_input("ses_1", "c1")
+    );
+    assert_eq!(frames[4]["params"]["event"]["hook"], "tool.execute.after");
+    assert_eq!(frames[4]["params"]["event"]["output"]["output"], "hello");
+    fake.stop();
+}
+
+#[test]
+fn opencode_plugin_fails_open_and_queues_while_the_daemon_is_away() {
+    let dir = temp_dir();
+    let sock = dir.path().join("later.sock");
+    let mut oc = OpenCode::start(&sock, &[("DSTREAM_HOOK_TIMEOUT_MS", "300")]);
+    // No daemon: events wait, tool calls go ahead after the deadline.
+    for n in 1..=3 {
+        oc.event(bus_event("message.updated", "ses_q", n));
+    }
+    let a = oc.before(tool_input("ses_q", "c1"), json!({"command": "ls"}));
+    assert_eq!(a["ok"], true, "{a}");
+    assert_eq!(a["output"]["args"], json!({"command": "ls"}));
+    assert!(a["ms"].as_u64().unwrap() >= 250, "{a}");
+
+    // The daemon arrives: everything queued is delivered, in order.
+    let fake = FakeDaemon::start(&sock, |_| json!({"result": {"events": []}}));
+    oc.event(bus_event("message.updated", "ses_q", 4));
+    let frames = fake.wait_frames(5, Duration::from_secs(15));
+    let ns: Vec<_> = frames
+        .iter()
+        .map(|f| f["params"]["event"]["properties"]["n"].clone())
+        .collect();
+    assert_eq!(
+        ns,
+        [json!(1), json!(2), json!(3), Value::Null, json!(4)],
+        "{frames:#?}"
+    );
+    assert_eq!(frames[3]["params"]["event"]["hook"], "tool.execute.before");
+    fake.stop();
+
+    // Gone again, with fail-closed: the tool call is refused.
+    drop(oc);
+    let mut oc = OpenCode::start(
+        &sock,
+        &[
+            ("DSTREAM_HOOK_TIMEOUT_MS", "200"),
+            ("DSTREAM_HOOK_FAIL_CLOSED", "1"),
+        ],
+    );
+    let a = oc.before(tool_input("ses_q", "c2"), json!({"command": "ls"}));
+    assert_eq!(a["ok"], false, "{a}");
+    assert!(
+        a["error"]
+            .as_str()
+            .unwrap()
+            .contains("DSTREAM_HOOK_FAIL_CLOSED"),
+        "{a}"
+    );
+}
+
+#[test]
+fn opencode_plugin_events_land_and_survive_a_daemon_restart() {
+    let mut d = Daemon::start();
+    let mut oc = OpenCode::start(&d.socket(), &[]);
+    let session = "ses_e2e_oc";
+    oc.event(bus_event("session.created", session, 1));
+    let before = oc.before(tool_input(session, "call-1"), json!({"command": "ls"}));
+    assert_eq!(before["ok"], true, "{before}");
+    oc.event(bus_event("message.updated", session, 2));
+
+    d.stop();
+    // Sent while the daemon is down: held, then delivered after the restart.
+    oc.event(bus_event("message.updated", session, 3));
+    d.restart();
+    oc.event(bus_event("message.updated", session, 4));
+    let after_restart = oc.before(tool_input(session, "call-2"), json!({"command": "pwd"}));
+    assert_eq!(after_restart["ok"], true, "{after_restart}");
+
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut stored;
+    loop {
+        stored = events_of(&d, session);
+        let raws: Vec<&Value> = stored.iter().map(|e| &e["raw"]).collect();
+        let has = |n: u64| raws.iter().any(|r| r["properties"]["n"] == n);
+        let calls = raws
+            .iter()
+            .filter(|r| r["hook"] == "tool.execute.before")
+            .count();
+        if (1..=4).all(has) && calls == 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not every event landed: {stored:#?}"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert!(stored.iter().all(|e| e["session_id"] == session));
+}
