@@ -3,6 +3,7 @@
 mod client_cmds;
 mod daemon_cmd;
 mod output;
+mod plugins_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -47,6 +48,8 @@ enum Command {
     Stats(client_cmds::StatsArgs),
     /// Move a quarantined session's damage aside and take appends again.
     Repair(client_cmds::RepairArgs),
+    /// List, check or reload the plugins.
+    Plugins(plugins_cmd::PluginsArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -66,6 +69,7 @@ pub fn main() -> ExitCode {
         Command::Query(args) => client_cmds::query(args),
         Command::Stats(args) => client_cmds::stats(args),
         Command::Repair(args) => client_cmds::repair(args),
+        Command::Plugins(args) => plugins_cmd::run(args),
     };
     match result {
         Ok(code) => code,
