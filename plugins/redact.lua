@@ -26,16 +26,16 @@ local rules = {
   { anchor = "PRIVATE KEY-----",
     pattern = "%-%-%-%-%-BEGIN [%u ]*PRIVATE KEY%-%-%-%-%-.-%-%-%-%-%-END [%u ]*PRIVATE KEY%-%-%-%-%-" },
   -- Anthropic, OpenAI and similar "sk-" keys.
-  { anchor = "sk-", pattern = "sk%-[%w_%-]+", min = 20 },
+  { anchor = "sk-", pattern = "%f[%w_]sk%-[%w_%-]+", min = 20 },
   -- GitHub tokens.
-  { anchor = "gh", pattern = "gh[pousr]_%w+", min = 30 },
-  { anchor = "github_pat_", pattern = "github_pat_[%w_]+" },
+  { anchor = "gh", pattern = "%f[%w_]gh[pousr]_%w+", min = 30 },
+  { anchor = "github_pat_", pattern = "%f[%w_]github_pat_[%w_]+" },
   -- AWS access key ids.
-  { anchor = "AKIA", pattern = "AKIA[%u%d]+", min = 20 },
+  { anchor = "AKIA", pattern = "%f[%w_]AKIA[%u%d]+", min = 20 },
   -- Slack tokens.
-  { anchor = "xox", pattern = "xox[abprs]%-[%w%-]+", min = 15 },
+  { anchor = "xox", pattern = "%f[%w_]xox[abprs]%-[%w%-]+", min = 15 },
   -- Google API keys.
-  { anchor = "AIza", pattern = "AIza[%w_%-]+", min = 35 },
+  { anchor = "AIza", pattern = "%f[%w_]AIza[%w_%-]+", min = 35 },
   -- Bearer tokens in headers or commands.
   { anchor = "earer", pattern = "([Bb]earer%s+)([%w%-%._~%+/]+=*)", keep = true, min = 16 },
   -- .env style assignments whose name says secret: NAME=value, NAME: value, export NAME="value".

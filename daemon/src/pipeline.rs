@@ -321,6 +321,11 @@ impl Worker {
         // map
         match set.mapper(&source) {
             None => drafts.push(unmapped(&source, &fallback, &raw, None)),
+            // Already reported when it was disabled; its events are kept as they came.
+            Some(plugin) if plugin.disabled().is_some() => {
+                let why = format!("plugin {} is disabled", plugin.name());
+                drafts.push(unmapped(&source, &fallback, &raw, Some(&why)));
+            }
             Some(plugin) => {
                 let input = Input::Map {
                     raw: raw.clone(),
@@ -351,6 +356,9 @@ impl Worker {
 
         // process
         for plugin in set.with(Hooks::PROCESS) {
+            if plugin.disabled().is_some() {
+                continue;
+            }
             let mut next = Vec::with_capacity(drafts.len());
             for mut draft in drafts {
                 draft
@@ -424,6 +432,9 @@ impl Worker {
         let mut decision = None;
         let request = Arc::new(Json::Object(draft.event.clone()));
         for plugin in set.with(Hooks::DECIDE) {
+            if plugin.disabled().is_some() {
+                continue;
+            }
             let verdict = match plugin.call(Hooks::DECIDE, Input::Event(request.clone())) {
                 Ok(mut out) => match out.pop() {
                     Some(Json::Null) | None => continue,
