@@ -15,6 +15,13 @@ pub struct Config {
     pub store: StoreConfig,
     pub read: ReadConfig,
     pub subscriptions: SubscriptionConfig,
+    pub plugins: PluginsConfig,
+    /// The file this configuration was read from, if any (hot reload reads it again).
+    #[serde(skip)]
+    pub file: Option<PathBuf>,
+    /// `--plugin-dir`: wins over `plugins.dir`, also when the file is read again.
+    #[serde(skip)]
+    pub plugin_dir_override: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -70,6 +77,21 @@ pub struct SubscriptionConfig {
     pub heartbeat_ms: u64,
 }
 
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginsConfig {
+    pub dir: PathBuf,
+    pub disabled: Vec<String>,
+    pub keep_raw: bool,
+    pub call_timeout_ms: u64,
+    pub instruction_budget: u64,
+    pub memory_bytes: usize,
+    pub max_consecutive_errors: u32,
+    /// `[plugins.lua.<name>]` tables, handed to each plugin as `host.config`.
+    #[serde(default)]
+    pub lua: std::collections::BTreeMap<String, toml::Value>,
+}
+
 /// A configuration that could not be used; the message names the file and the key.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -102,7 +124,9 @@ impl Config {
             path: path.into(),
             source,
         })?;
-        Config::from_toml_str(&text, path)
+        let mut config = Config::from_toml_str(&text, path)?;
+        config.file = Some(path.to_path_buf());
+        Ok(config)
     }
 
     /// Parses `text` (a whole or partial config) over the embedded defaults.
@@ -163,6 +187,23 @@ impl Config {
                 "must be at least daemon.max_frame_bytes",
             );
         }
+        if self.plugins.call_timeout_ms == 0 {
+            return bad("plugins.call_timeout_ms", "must be at least 1");
+        }
+        if self.plugins.memory_bytes < (1 << 20) {
+            return bad("plugins.memory_bytes", "must be at least 1048576");
+        }
+        if self.plugins.instruction_budget < 10_000 {
+            return bad("plugins.instruction_budget", "must be at least 10000");
+        }
+        if self.plugins.max_consecutive_errors == 0 {
+            return bad("plugins.max_consecutive_errors", "must be at least 1");
+        }
+        for (name, value) in &self.plugins.lua {
+            if !value.is_table() {
+                return bad(&format!("plugins.lua.{name}"), "must be a table");
+            }
+        }
         if self.subscriptions.heartbeat_ms == 0 {
             return bad("subscriptions.heartbeat_ms", "must be at least 1");
         }
@@ -189,6 +230,43 @@ impl Config {
             None => dstream_sdk::socket::home_dir()
                 .join(".dstream")
                 .join("data"),
+        }
+    }
+}
+
+impl Config {
+    /// The plugin folder in force: the configured one, else `$XDG_CONFIG_HOME/dstream/plugins`,
+    /// else `~/.config/dstream/plugins`.
+    pub fn plugin_dir(&self) -> PathBuf {
+        if !self.plugins.dir.as_os_str().is_empty() {
+            return self.plugins.dir.clone();
+        }
+        match std::env::var_os("XDG_CONFIG_HOME").filter(|d| !d.is_empty()) {
+            Some(dir) => PathBuf::from(dir).join("dstream").join("plugins"),
+            None => dstream_sdk::socket::home_dir()
+                .join(".config")
+                .join("dstream")
+                .join("plugins"),
+        }
+    }
+
+    /// What the plugin host needs from `[plugins]`.
+    pub fn plugin_settings(&self) -> crate::plugins::PluginSettings {
+        let p = &self.plugins;
+        crate::plugins::PluginSettings {
+            dir: self.plugin_dir(),
+            disabled: p.disabled.clone(),
+            config: p
+                .lua
+                .iter()
+                .map(|(k, v)| (k.clone(), serde_json::to_value(v).unwrap_or_default()))
+                .collect(),
+            limits: crate::plugins::Limits {
+                call_timeout: std::time::Duration::from_millis(p.call_timeout_ms),
+                instructions: p.instruction_budget,
+                memory_bytes: p.memory_bytes,
+            },
+            max_consecutive_errors: p.max_consecutive_errors,
         }
     }
 }

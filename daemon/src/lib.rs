@@ -5,11 +5,15 @@
 //!   [`server::run`], so tests can run a daemon in-process);
 //! - `connection` + `frame` + `outbound`: one client's framing, its byte-bounded outbound
 //!   queue, its memory charge;
-//! - `rpc`: method dispatch over the shared wire types of `dstream-sdk`;
+//! - `rpc`: method dispatch over the shared wire types of `dstream-sdk`; `ingest` hands raw
+//!   events to the pipeline;
 //! - [`store`]: the logs: one commit thread and a shared write-ahead log for all sessions,
 //!   checksummed records, the sparse index, recovery, quarantine and repair, reads and queries;
 //! - [`hub`]: the daemon-wide stream of committed events, bounded in bytes;
 //! - `follower` + `subscription`: catch up from the logs, then live from the hub, gap-free;
+//! - [`pipeline`]: raw agent events → map → process → decide → append → observe, through
+//!   [`plugins`] (sandboxed Lua, each on its own thread);
+//! - [`watch`]: hot reload of the plugin folder and the config file;
 //! - [`state`]: what all of them share (config, store, hub, counters, memory budget);
 //! - [`config`]: the configuration and its embedded, documented defaults.
 //!
@@ -20,11 +24,15 @@ mod connection;
 mod follower;
 mod frame;
 pub mod hub;
+mod jsonscan;
 mod outbound;
+pub mod pipeline;
+pub mod plugins;
 mod rpc;
 pub mod server;
 pub mod state;
 pub mod store;
 mod subscription;
+pub mod watch;
 
 pub use config::Config;

@@ -7,8 +7,8 @@ use std::time::Duration;
 use dstream_sdk::RpcError;
 use dstream_sdk::event::MAX_NESTING_DEPTH;
 use dstream_sdk::protocol::{
-    self, AppendParams, HelloResult, PROTOCOL_VERSION, PeerInfo, QueryParams, ReadParams,
-    SessionInfo, StatsResult, SubscribeParams, UnsubscribeParams, codes,
+    self, AppendParams, HelloResult, IngestParams, PROTOCOL_VERSION, PeerInfo, PluginsListResult,
+    QueryParams, ReadParams, SessionInfo, StatsResult, SubscribeParams, UnsubscribeParams, codes,
 };
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -18,7 +18,11 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 
 use crate::follower::Follower;
+pub use crate::jsonscan::nesting_depth;
+use crate::jsonscan::string_end;
 use crate::outbound::Outbound;
+use crate::pipeline::{Ingest, IngestError};
+use crate::plugins::PluginSet;
 use crate::state::DaemonState;
 use crate::store::{Ack, EventJson, QueryFilter, Session, StoreError};
 use crate::subscription::Subscription;
@@ -189,44 +193,6 @@ pub fn parse_request(line: &[u8]) -> Result<Request<'_>, ParseFailure> {
     })
 }
 
-/// How deeply arrays and objects nest in JSON text: 0 for a scalar, 1 for `{}` or `[1]`.
-/// One linear pass without recursion, whatever the input; brackets inside strings (escapes
-/// included) do not count. On invalid JSON the result is meaningless but still bounded.
-pub fn nesting_depth(json: &[u8]) -> usize {
-    let (mut depth, mut max, mut i) = (0usize, 0usize, 0usize);
-    while i < json.len() {
-        match json[i] {
-            b'"' => match string_end(json, i) {
-                Some(end) => {
-                    i = end;
-                    continue;
-                }
-                None => break,
-            },
-            b'{' | b'[' => {
-                depth += 1;
-                max = max.max(depth);
-            }
-            b'}' | b']' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-        i += 1;
-    }
-    max
-}
-
-/// Given `json[start] == b'"'`, the index just past the closing quote, if the string ends.
-fn string_end(json: &[u8], start: usize) -> Option<usize> {
-    let mut i = start + 1;
-    loop {
-        i += memchr::memchr2(b'"', b'\\', json.get(i..)?)?;
-        if json[i] == b'"' {
-            return Some(i + 1);
-        }
-        i += 2; // a backslash and the character it escapes
-    }
-}
-
 fn skip_ws(json: &[u8], mut i: usize) -> usize {
     while json.get(i).is_some_and(u8::is_ascii_whitespace) {
         i += 1;
@@ -385,11 +351,102 @@ pub async fn dispatch(
         "query" => now(query(state, raw).await),
         "stats" => now(stats(state)),
         "repair" => now(repair(state, raw).await),
+        "ingest" => match ingest(state, caller, raw, id, charge).await {
+            Ok(reply) => reply,
+            Err(e) => now(Err(e)),
+        },
+        "plugins.list" => now(to_json(&plugins_list(&state.pipeline.plugins()))),
+        "plugins.reload" => {
+            let pipeline = state.pipeline.clone();
+            match tokio::task::spawn_blocking(move || pipeline.reload()).await {
+                Ok(set) => now(to_json(&plugins_list(&set))),
+                Err(e) => now(Err(RpcError::new(codes::INTERNAL_ERROR, e.to_string()))),
+            }
+        }
         other => now(Err(RpcError::new(
             codes::METHOD_NOT_FOUND,
             format!("unknown method {other:?}"),
         ))),
     }
+}
+
+fn plugins_list(set: &PluginSet) -> PluginsListResult {
+    PluginsListResult {
+        dir: set.dir.display().to_string(),
+        plugins: set.infos(),
+        errors: set.errors.clone(),
+    }
+}
+
+/// Longest `source` name: it also names the fallback session `<source>-unassigned`.
+const MAX_SOURCE_LEN: usize = 64;
+
+async fn ingest(
+    state: &Arc<DaemonState>,
+    caller: &Caller,
+    raw: Option<&RawValue>,
+    id: Option<&RawValue>,
+    charge: OwnedSemaphorePermit,
+) -> Result<Reply, RpcError> {
+    let p: IngestParams<Box<RawValue>> = params(raw)?;
+    if p.source.is_empty()
+        || p.source.len() > MAX_SOURCE_LEN
+        || !p
+            .source
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    {
+        return Err(RpcError::new(
+            codes::INVALID_PARAMS,
+            format!(
+                "invalid source {:?}: 1 to {MAX_SOURCE_LEN} letters, digits, '-', '_' or '.'",
+                p.source
+            ),
+        ));
+    }
+    if let Some(s) = &p.session_id {
+        check_session_id(s, "session_id")?;
+    }
+    let depth = nesting_depth(p.event.get().as_bytes());
+    if depth > MAX_NESTING_DEPTH {
+        return Err(RpcError::new(
+            codes::INVALID_PARAMS,
+            format!(
+                "event nests {depth} levels of arrays and objects; the limit is {MAX_NESTING_DEPTH}"
+            ),
+        ));
+    }
+    let permit = caller
+        .in_flight
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(|_| RpcError::new(codes::SHUTTING_DOWN, "the connection is closing"))?;
+    let out = caller.out.clone();
+    let id = id.map(|i| i.to_owned());
+    let done: crate::pipeline::Done = Box::new(move |result| {
+        drop(charge);
+        let Some(id) = id else { return };
+        let result = match result {
+            Ok(r) => to_json(&r),
+            Err(IngestError::Store(e)) => Err(store_error(e)),
+            Err(IngestError::Stopped) => Err(RpcError::new(
+                codes::SHUTTING_DOWN,
+                "the daemon is shutting down",
+            )),
+        };
+        let _ = out.send_now(reply_frame(Some(&id), result), permit);
+    });
+    state
+        .pipeline
+        .ingest(Ingest {
+            source: p.source,
+            raw: p.event,
+            session_id: p.session_id,
+            done,
+        })
+        .await;
+    Ok(Reply::Submitted)
 }
 
 fn hello(state: &DaemonState, caller: &Caller) -> RpcResult {
@@ -657,8 +714,8 @@ fn stats(state: &DaemonState) -> RpcResult {
         open_files: state.store.open_files() as u64,
         client_memory_bytes: state.memory.in_use() as u64,
         overloaded: state.stats.overloaded.load(relaxed),
-        ingested: 0,
-        plugins: Vec::new(),
+        ingested: state.pipeline.ingested.load(relaxed),
+        plugins: state.pipeline.plugins().infos(),
     })
 }
 

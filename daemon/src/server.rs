@@ -14,6 +14,7 @@ use tokio::task::JoinSet;
 
 use crate::config::Config;
 use crate::hub::Hub;
+use crate::pipeline::{ConfigSource, Pipeline, PipelineSettings};
 use crate::state::{DaemonState, MemoryBudget};
 use crate::store::{RecoveryNote, Store, StoreSettings};
 
@@ -32,6 +33,8 @@ pub enum StartError {
     NotASocket { path: PathBuf, kind: &'static str },
     #[error("cannot listen on {}: {source}", path.display())]
     Listen { path: PathBuf, source: io::Error },
+    #[error("cannot start the pipeline: {0}")]
+    Pipeline(io::Error),
 }
 
 /// A daemon ready to serve: its store open and recovered, its socket bound.
@@ -81,6 +84,18 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
         }
     }
     let listener = listen(&socket)?;
+    let source = ConfigSource {
+        file: config.file.clone(),
+        plugin_dir: config.plugin_dir_override.clone(),
+    };
+    let pipeline = Pipeline::start(
+        store.clone(),
+        hub.clone(),
+        PipelineSettings::from_config(&config, &source),
+        source,
+    )
+    .map_err(StartError::Pipeline)?;
+    let watcher = crate::watch::start(pipeline.clone(), config.file.clone());
     tracing::info!(
         socket = %socket.display(),
         data_dir = %data_dir.display(),
@@ -94,6 +109,8 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
         config,
         store,
         hub,
+        pipeline,
+        _watcher: watcher,
         stats: Default::default(),
         started,
     });

@@ -11,6 +11,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::Config;
 use crate::hub::Hub;
+use crate::pipeline::Pipeline;
 use crate::store::Store;
 
 /// Counters for `stats`.
@@ -28,6 +29,9 @@ pub struct DaemonState {
     pub config: Config,
     pub store: Store,
     pub hub: Arc<Hub>,
+    pub pipeline: Arc<Pipeline>,
+    /// Watches the plugin folder and the config file while the daemon runs.
+    pub _watcher: Option<crate::watch::Watcher>,
     pub stats: ServerStats,
     pub memory: MemoryBudget,
     pub started: Instant,

@@ -12,6 +12,7 @@ async fn a_daemon_runs_in_process_and_stops_when_told() {
     let mut config = Config::default();
     config.daemon.socket = dir.path().join("run/d.sock");
     config.daemon.data_dir = dir.path().join("data");
+    config.plugins.dir = dir.path().join("plugins");
     let socket = config.socket_path();
 
     let started = server::start(config.clone()).await.unwrap();

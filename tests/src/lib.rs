@@ -165,6 +165,10 @@ impl Daemon {
     pub fn log_path(&self, session: &str) -> PathBuf {
         self.sessions_dir().join(format!("{session}.jsonl"))
     }
+    /// The daemon's plugin folder (its default: `$XDG_CONFIG_HOME/dstream/plugins`).
+    pub fn plugin_dir(&self) -> PathBuf {
+        self.tmp.path().join("config/dstream/plugins")
+    }
     pub fn config_path(&self) -> Option<&Path> {
         self.config.as_deref()
     }
@@ -246,7 +250,9 @@ impl Daemon {
                 .open(self.tmp.path().join(name))
                 .expect("open daemon log file")
         };
+        // The default plugin folder, inside the test's directory.
         cmd.env("RUST_LOG", "warn")
+            .env("XDG_CONFIG_HOME", self.tmp.path().join("config"))
             .env_remove("DSTREAM_SOCKET")
             .env_remove("DSTREAM_DATA_DIR")
             .env_remove("DSTREAM_CONFIG")

@@ -19,13 +19,13 @@ use super::output;
 /// Appends in flight at once for `dstream append`.
 const APPEND_WINDOW: usize = 256;
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?)
 }
 
-async fn connect(opts: &ClientOpts) -> anyhow::Result<Client> {
+pub async fn connect(opts: &ClientOpts) -> anyhow::Result<Client> {
     let path = opts
         .socket
         .clone()
@@ -33,7 +33,7 @@ async fn connect(opts: &ClientOpts) -> anyhow::Result<Client> {
     Ok(Client::connect(path).await?)
 }
 
-fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
+pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     serde_json::to_writer(&mut out, value)?;
     writeln!(out)?;
@@ -405,6 +405,9 @@ pub fn stats(args: StatsArgs) -> anyhow::Result<ExitCode> {
             bail!("unexpected stats reply: {stats}")
         };
         for (key, value) in map {
+            if key == "plugins" {
+                continue; // printed below, one line each
+            }
             let shown = match (key.as_str(), value.as_u64()) {
                 ("rss_bytes" | "bytes_written", Some(n)) => output::bytes(n),
                 ("uptime_ms", Some(n)) => {
@@ -415,6 +418,16 @@ pub fn stats(args: StatsArgs) -> anyhow::Result<ExitCode> {
             // The value shown is a duration, not a count of milliseconds.
             let key = if key == "uptime_ms" { "uptime" } else { key };
             println!("{key:<22} {shown}");
+        }
+        if let Some(plugins) = map.get("plugins").and_then(|p| p.as_array())
+            && !plugins.is_empty()
+        {
+            println!("plugins:");
+            for p in plugins {
+                if let Ok(info) = serde_json::from_value(p.clone()) {
+                    super::plugins_cmd::print_plugin(&info);
+                }
+            }
         }
         Ok(ExitCode::SUCCESS)
     })

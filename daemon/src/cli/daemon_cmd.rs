@@ -18,6 +18,9 @@ pub struct DaemonArgs {
     /// Data directory [env: DSTREAM_DATA_DIR; overrides the config file].
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// Plugin folder [default: plugins.dir, else $XDG_CONFIG_HOME/dstream/plugins, else ~/.config/dstream/plugins].
+    #[arg(long)]
+    plugin_dir: Option<PathBuf>,
 }
 
 fn env_path(name: &str) -> Option<PathBuf> {
@@ -45,6 +48,7 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<ExitCode> {
     if let Some(dir) = args.data_dir.or_else(|| env_path("DSTREAM_DATA_DIR")) {
         config.daemon.data_dir = dir;
     }
+    config.plugin_dir_override = args.plugin_dir;
     raise_open_file_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -5,6 +5,7 @@ mod daemon_cmd;
 mod hook;
 mod install;
 mod output;
+mod plugins_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -49,6 +50,8 @@ enum Command {
     Stats(client_cmds::StatsArgs),
     /// Move a quarantined session's damage aside and take appends again.
     Repair(client_cmds::RepairArgs),
+    /// List, check or reload the plugins.
+    Plugins(plugins_cmd::PluginsArgs),
     /// Report one agent hook event to the daemon and answer in the agent's format (agents run this).
     Hook(hook::HookArgs),
     /// Register dstream with an agent: Claude Code hooks, or the OpenCode plugin.
@@ -85,6 +88,7 @@ pub fn main() -> ExitCode {
         Command::Query(args) => client_cmds::query(args),
         Command::Stats(args) => client_cmds::stats(args),
         Command::Repair(args) => client_cmds::repair(args),
+        Command::Plugins(args) => plugins_cmd::run(args),
         Command::Hook(args) => Ok(hook::run(args)),
         Command::Install(args) => install::install(args),
         Command::Uninstall(args) => install::uninstall(args),

@@ -66,11 +66,16 @@ impl Drop for Ack {
 pub(crate) struct Append {
     pub session: Arc<Session>,
     pub event: NewEventRaw,
+    /// The event's id when the caller chose it (the pipeline does, so that later events can
+    /// name it as their cause before it is committed); else the commit thread makes one.
+    pub id: Option<String>,
     /// Durable before acknowledged, whatever the fsync policy.
     pub must_sync: bool,
     pub ack: Ack,
 }
 
+// Appends are the traffic; the rare Shutdown costs no more than they do.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum CommitMsg {
     Append(Append),
     /// Checkpoint and stop; `done` is dropped once every log is synced.
@@ -138,7 +143,7 @@ pub(crate) struct Committer {
 /// One session's share of a batch.
 struct Group {
     session: Arc<Session>,
-    appends: Vec<(NewEventRaw, Ack)>,
+    appends: Vec<(NewEventRaw, Option<String>, Ack)>,
 }
 
 /// A group serialized and written to its log, waiting for the WAL sync.
@@ -305,7 +310,7 @@ impl Committer {
                 });
                 groups.len() - 1
             });
-            groups[i].appends.push((a.event, a.ack));
+            groups[i].appends.push((a.event, a.id, a.ack));
         }
         let mut written = Vec::with_capacity(groups.len());
         let mut wal_buf = Vec::new();
@@ -367,7 +372,7 @@ impl Committer {
                 session: session.id.clone(),
                 reason: reason.to_string(),
             };
-            fail_all(group.appends.into_iter().map(|(_, a)| a).collect(), err);
+            fail_all(group.appends.into_iter().map(|(_, _, a)| a).collect(), err);
             return None;
         }
         let mut state = session.writer.lock().unwrap();
@@ -375,12 +380,17 @@ impl Committer {
             let err = StoreError::Failed {
                 reason: format!("session {}: {reason}", session.id),
             };
-            fail_all(group.appends.into_iter().map(|(_, a)| a).collect(), err);
+            fail_all(group.appends.into_iter().map(|(_, _, a)| a).collect(), err);
             return None;
         }
         let timestamp = now_ms();
-        let mut buf =
-            Vec::with_capacity(group.appends.iter().map(|(e, _)| approx_len(e) + 160).sum());
+        let mut buf = Vec::with_capacity(
+            group
+                .appends
+                .iter()
+                .map(|(e, _, _)| approx_len(e) + 160)
+                .sum(),
+        );
         let mut lines = Vec::with_capacity(group.appends.len());
         let mut acks = Vec::with_capacity(group.appends.len());
         let mut new_lineage = None;
@@ -388,13 +398,15 @@ impl Committer {
         let mut lineage = state.stream_id.clone();
         let mut object = Vec::with_capacity(512);
         let empty: &RawValue = serde_json::from_str("{}").expect("valid json");
-        for (i, (event, ack)) in group.appends.into_iter().enumerate() {
+        for (i, (event, preset_id, ack)) in group.appends.into_iter().enumerate() {
             let lsn = state.next_lsn + i as u64;
-            let id = state
-                .ids
-                .generate()
-                .unwrap_or_else(|_| ulid::Ulid::new())
-                .to_string();
+            let id = preset_id.unwrap_or_else(|| {
+                state
+                    .ids
+                    .generate()
+                    .unwrap_or_else(|_| ulid::Ulid::new())
+                    .to_string()
+            });
             if lineage.is_none() {
                 let root = event
                     .stream_id

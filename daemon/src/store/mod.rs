@@ -252,6 +252,18 @@ impl Store {
     /// once: when the event is durable (per the fsync policy, or synced when `must_sync`), or
     /// with the reason it was not stored.
     pub fn append(&self, session: &str, event: NewEventRaw, must_sync: bool, ack: Ack) {
+        self.append_with_id(session, None, event, must_sync, ack)
+    }
+
+    /// [`Store::append`], with the event's id chosen by the caller (a ULID).
+    pub fn append_with_id(
+        &self,
+        session: &str,
+        id: Option<String>,
+        event: NewEventRaw,
+        must_sync: bool,
+        ack: Ack,
+    ) {
         let session = self.session(session);
         let commit = self.inner.commit.read().unwrap();
         let Some(tx) = commit.as_ref() else {
@@ -261,6 +273,7 @@ impl Store {
         let _ = tx.send(CommitMsg::Append(Append {
             session,
             event,
+            id,
             must_sync,
             ack,
         }));

@@ -1,0 +1,134 @@
+//! `dstream plugins list | check FILE | reload`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use dstream_daemon::Config;
+use dstream_sdk::protocol::{PluginInfo, PluginsListResult};
+
+use super::ClientOpts;
+use super::client_cmds::{connect, print_json, runtime};
+
+#[derive(Args)]
+pub struct PluginsArgs {
+    #[command(subcommand)]
+    command: PluginsCommand,
+    #[command(flatten)]
+    opts: ClientOpts,
+}
+
+#[derive(Subcommand)]
+enum PluginsCommand {
+    /// The plugins the daemon runs, their counters, and files that failed to load.
+    List,
+    /// Load one Lua plugin file in a sandbox here (no daemon needed) and report what it
+    /// declares, or why it fails. Exits 1 when it fails.
+    Check {
+        file: PathBuf,
+        /// Configuration whose [plugins] limits and [plugins.lua.<name>] table apply.
+        #[arg(long, env = "DSTREAM_CONFIG")]
+        config: Option<PathBuf>,
+    },
+    /// Load the plugin folder and the config file again now (the daemon also does this by
+    /// itself when they change). Disabled plugins get another chance.
+    Reload,
+}
+
+pub fn run(args: PluginsArgs) -> anyhow::Result<ExitCode> {
+    match args.command {
+        PluginsCommand::Check { file, config } => {
+            let config = match config {
+                Some(path) => Config::load(&path)?,
+                None => Config::default(),
+            };
+            match dstream_daemon::plugins::PluginSet::check(&file, &config.plugin_settings()) {
+                Ok(info) => {
+                    if args.opts.json {
+                        print_json(&info)?;
+                    } else {
+                        println!(
+                            "{}: ok: plugin {:?} ({}){}",
+                            file.display(),
+                            info.name,
+                            info.hooks.join(", "),
+                            if info.sources.is_empty() {
+                                String::new()
+                            } else {
+                                format!(", maps {}", info.sources.join(", "))
+                            }
+                        );
+                    }
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    if args.opts.json {
+                        print_json(&serde_json::json!({"file": file, "error": e}))?;
+                    } else {
+                        eprintln!("{}: {e}", file.display());
+                    }
+                    Ok(ExitCode::FAILURE)
+                }
+            }
+        }
+        PluginsCommand::List | PluginsCommand::Reload => {
+            let method = match args.command {
+                PluginsCommand::Reload => "plugins.reload",
+                _ => "plugins.list",
+            };
+            let list: PluginsListResult = runtime()?.block_on(async {
+                let client = connect(&args.opts).await?;
+                let value = client.call_raw(method, serde_json::json!({})).await?;
+                anyhow::Ok(serde_json::from_value(value)?)
+            })?;
+            if args.opts.json {
+                print_json(&list)?;
+            } else {
+                print_list(&list);
+            }
+            Ok(if list.errors.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+    }
+}
+
+fn print_list(list: &PluginsListResult) {
+    println!("plugin folder: {}", list.dir);
+    println!(
+        "{:<18} {:<9} {:<22} {:>8} {:>7} {:>9}  origin",
+        "name", "state", "hooks", "calls", "errors", "µs/call"
+    );
+    for p in &list.plugins {
+        print_plugin(p);
+    }
+    for e in &list.errors {
+        println!("error: {}: {}", e.file, e.error);
+    }
+}
+
+pub fn print_plugin(p: &PluginInfo) {
+    let per_call = if p.calls == 0 {
+        "-".to_string()
+    } else {
+        format!("{:.1}", p.micros as f64 / p.calls as f64)
+    };
+    println!(
+        "{:<18} {:<9} {:<22} {:>8} {:>7} {:>9}  {}",
+        p.name,
+        p.state,
+        p.hooks.join(","),
+        p.calls,
+        p.errors,
+        per_call,
+        p.origin
+    );
+    if !p.sources.is_empty() {
+        println!("{:<18} maps {}", "", p.sources.join(", "));
+    }
+    if let Some(e) = &p.error {
+        println!("{:<18} {e}", "");
+    }
+}

@@ -1,0 +1,846 @@
+//! The pipeline: a raw event from an agent's hook becomes stored, normalized events.
+//!
+//! **map** (the source's mapping plugin turns the raw event into zero or more events) →
+//! **process** (every filter, in priority order, keeps, changes, splits or drops each; the
+//! redaction filter runs last) → **decide** (for a requested tool call, plugins' `decide`
+//! say allow, deny or ask; deny wins over ask over allow) → **append** (ids assigned here,
+//! so that a tool result can name its request as its cause; then the store's one commit
+//! path) → **observe** (plugins' `on_event` read the daemon-wide stream of committed events).
+//!
+//! One thread runs map → append for every ingest, in arrival order, so the events of a
+//! session are stored in the order their hooks fired; plugins run on their own threads
+//! (see [`crate::plugins`]), never on the async workers. The error policy of DESIGN.md §5:
+//! a failing `map` stores the raw event as `unmapped` plus a `plugin.error`; a failing
+//! `process` passes the event on unchanged; a failing `decide` counts as "ask"; nothing the
+//! daemon accepted is dropped. The socket layer knows nothing of plugins and the store
+//! nothing of agents: this module is the only place where the two meet.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use dstream_sdk::event::MAX_NESTING_DEPTH;
+use dstream_sdk::protocol::{Decision, IngestResult, IngestedEvent};
+use serde_json::value::{RawValue, to_raw_value};
+use serde_json::{Map, Value as Json, json};
+use tokio::sync::{mpsc, watch};
+
+use crate::config::Config;
+use crate::hub::{Hub, Lagged};
+use crate::jsonscan::nesting_depth;
+use crate::plugins::{Failure, Hooks, Input, Plugin, PluginSet, PluginSettings};
+use crate::store::{Ack, NewEventRaw, Store, StoreError, read_range, validate_event};
+
+/// Ingests waiting for the pipeline thread; past it, `ingest` waits (each one is also
+/// charged to the clients' memory budget by the socket layer).
+const QUEUE: usize = 1024;
+/// Tool calls remembered per daemon to join a result to its request without reading the log.
+const JOIN_MEMORY: usize = 4096;
+/// How far back in a session's log a result looks for its request when it is not remembered
+/// (after a restart, say).
+const JOIN_LOOKBACK: u64 = 2000;
+
+/// Why an ingest was not stored.
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the pipeline has stopped")]
+    Stopped,
+}
+
+pub type Done = Box<dyn FnOnce(Result<IngestResult, IngestError>) + Send>;
+
+/// One raw event to take in.
+pub struct Ingest {
+    pub source: String,
+    pub raw: Box<RawValue>,
+    pub session_id: Option<String>,
+    /// Called once with the stored events, or why they were not stored.
+    pub done: Done,
+}
+
+/// Where the plugin settings come from, so a reload can read them again.
+#[derive(Debug, Clone, Default)]
+pub struct ConfigSource {
+    /// The configuration file, if the daemon was started with one.
+    pub file: Option<PathBuf>,
+    /// `--plugin-dir`, which wins over the file.
+    pub plugin_dir: Option<PathBuf>,
+}
+
+pub struct Pipeline {
+    queue: mpsc::Sender<Ingest>,
+    plugins: watch::Sender<Arc<PluginSet>>,
+    source: ConfigSource,
+    /// The settings the current set was built with; a reload replaces them.
+    settings: Mutex<PipelineSettings>,
+    /// One reload at a time.
+    reloading: Mutex<()>,
+    pub ingested: AtomicU64,
+    pub observer_lagged: AtomicU64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PipelineSettings {
+    pub plugins: PluginSettings,
+    pub keep_raw: bool,
+}
+
+impl PipelineSettings {
+    pub fn from_config(config: &Config, source: &ConfigSource) -> PipelineSettings {
+        let mut plugins = config.plugin_settings();
+        if let Some(dir) = &source.plugin_dir {
+            plugins.dir = dir.clone();
+        }
+        PipelineSettings {
+            plugins,
+            keep_raw: config.plugins.keep_raw,
+        }
+    }
+}
+
+impl Pipeline {
+    /// Loads the plugins and starts the pipeline thread and the `on_event` observer (on the
+    /// current tokio runtime).
+    pub fn start(
+        store: Store,
+        hub: Arc<Hub>,
+        settings: PipelineSettings,
+        source: ConfigSource,
+    ) -> std::io::Result<Arc<Pipeline>> {
+        if let Err(e) = std::fs::create_dir_all(&settings.plugins.dir) {
+            tracing::warn!(dir = %settings.plugins.dir.display(), error = %e, "cannot create the plugin folder");
+        }
+        let set = Arc::new(PluginSet::load(&settings.plugins, None));
+        for e in &set.errors {
+            tracing::error!(file = %e.file, error = %e.error, "plugin not loaded");
+        }
+        tracing::info!(
+            dir = %set.dir.display(),
+            plugins = %set.plugins.iter().map(|p| p.name()).collect::<Vec<_>>().join(", "),
+            "plugins loaded"
+        );
+        let (plugins, _) = watch::channel(set);
+        let (queue, rx) = mpsc::channel(QUEUE);
+        let pipeline = Arc::new(Pipeline {
+            queue,
+            plugins,
+            source,
+            settings: Mutex::new(settings.clone()),
+            reloading: Mutex::new(()),
+            ingested: AtomicU64::new(0),
+            observer_lagged: AtomicU64::new(0),
+        });
+        let worker = Worker {
+            store,
+            plugins: pipeline.plugins.subscribe(),
+            pipeline: Arc::downgrade(&pipeline),
+            joins: JoinMemory::default(),
+        };
+        std::thread::Builder::new()
+            .name("dstream-pipeline".into())
+            .spawn(move || worker.run(rx))?;
+        tokio::spawn(observe(
+            hub,
+            pipeline.plugins.subscribe(),
+            Arc::downgrade(&pipeline),
+        ));
+        Ok(pipeline)
+    }
+
+    /// Queues a raw event; `ingest.done` is called once it is stored (or refused).
+    pub async fn ingest(&self, ingest: Ingest) {
+        if let Err(mpsc::error::SendError(i)) = self.queue.send(ingest).await {
+            (i.done)(Err(IngestError::Stopped));
+        }
+    }
+
+    /// The plugins in force.
+    pub fn plugins(&self) -> Arc<PluginSet> {
+        self.plugins.borrow().clone()
+    }
+
+    pub fn settings(&self) -> PipelineSettings {
+        self.settings.lock().unwrap().clone()
+    }
+
+    /// Reads the configuration file again (if there is one) and rebuilds the plugin set:
+    /// changed plugins are reloaded, disabled ones get another chance, a broken file keeps
+    /// its last good version. Blocking: loading runs each plugin's top level.
+    pub fn reload(&self) -> Arc<PluginSet> {
+        let _one = self.reloading.lock().unwrap();
+        let mut config_error = None;
+        let settings = match &self.source.file {
+            Some(path) => match Config::load(path) {
+                Ok(config) => PipelineSettings::from_config(&config, &self.source),
+                Err(e) => {
+                    tracing::error!(error = %e, "configuration not reloaded; keeping the last good one");
+                    config_error = Some(dstream_sdk::protocol::PluginLoadError {
+                        file: path.display().to_string(),
+                        error: e.to_string(),
+                    });
+                    self.settings()
+                }
+            },
+            None => self.settings(),
+        };
+        if let Err(e) = std::fs::create_dir_all(&settings.plugins.dir) {
+            tracing::warn!(dir = %settings.plugins.dir.display(), error = %e, "cannot create the plugin folder");
+        }
+        let old = self.plugins();
+        let mut set = PluginSet::load(&settings.plugins, Some(&old));
+        set.errors.extend(config_error);
+        let set = Arc::new(set);
+        tracing::info!(
+            plugins = %set.plugins.iter().map(|p| p.name()).collect::<Vec<_>>().join(", "),
+            errors = set.errors.len(),
+            "plugins reloaded"
+        );
+        *self.settings.lock().unwrap() = settings;
+        self.plugins.send_replace(set.clone());
+        set
+    }
+}
+
+/// Feeds committed events to the plugins that define `on_event`. Holds a reader of the
+/// daemon-wide stream only while such a plugin is loaded.
+async fn observe(
+    hub: Arc<Hub>,
+    mut plugins: watch::Receiver<Arc<PluginSet>>,
+    pipeline: std::sync::Weak<Pipeline>,
+) {
+    loop {
+        let set = plugins.borrow_and_update().clone();
+        let sinks: Vec<Arc<Plugin>> = set.with(Hooks::ON_EVENT).cloned().collect();
+        drop(set);
+        if sinks.is_empty() {
+            if plugins.changed().await.is_err() {
+                return;
+            }
+            continue;
+        }
+        let mut reader = hub.subscribe();
+        loop {
+            tokio::select! {
+                changed = plugins.changed() => {
+                    if changed.is_err() { return; }
+                    break; // a new set: start over with its sinks
+                }
+                next = reader.recv() => match next {
+                    Ok(committed) => {
+                        let mut bytes = Vec::with_capacity(committed.event.len() + 1);
+                        committed.event.write_to(&mut bytes);
+                        let Ok(event) = serde_json::from_slice::<Json>(&bytes) else { continue };
+                        let event = Arc::new(event);
+                        for sink in &sinks {
+                            sink.notify(event.clone());
+                        }
+                    }
+                    Err(Lagged) => {
+                        if let Some(p) = pipeline.upgrade() {
+                            p.observer_lagged.fetch_add(1, Ordering::Relaxed);
+                        }
+                        tracing::warn!("on_event plugins fell behind the live stream; events skipped for them");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Tool calls seen recently: (session, tool_use_id) → the request event's id.
+#[derive(Default)]
+struct JoinMemory {
+    ids: HashMap<(String, String), String>,
+    order: VecDeque<(String, String)>,
+}
+
+impl JoinMemory {
+    fn remember(&mut self, session: &str, tool_use_id: &str, event_id: &str) {
+        let key = (session.to_string(), tool_use_id.to_string());
+        if self.ids.insert(key.clone(), event_id.to_string()).is_none() {
+            self.order.push_back(key);
+            if self.order.len() > JOIN_MEMORY
+                && let Some(old) = self.order.pop_front()
+            {
+                self.ids.remove(&old);
+            }
+        }
+    }
+
+    fn get(&self, session: &str, tool_use_id: &str) -> Option<String> {
+        self.ids
+            .get(&(session.to_string(), tool_use_id.to_string()))
+            .cloned()
+    }
+}
+
+/// An event on its way through the pipeline: the session it goes to and its fields.
+struct Draft {
+    session_id: String,
+    event: Map<String, Json>,
+}
+
+struct Worker {
+    store: Store,
+    plugins: watch::Receiver<Arc<PluginSet>>,
+    pipeline: std::sync::Weak<Pipeline>,
+    joins: JoinMemory,
+}
+
+impl Worker {
+    fn run(mut self, mut rx: mpsc::Receiver<Ingest>) {
+        while let Some(ingest) = rx.blocking_recv() {
+            let Some(pipeline) = self.pipeline.upgrade() else {
+                (ingest.done)(Err(IngestError::Stopped));
+                return;
+            };
+            pipeline.ingested.fetch_add(1, Ordering::Relaxed);
+            let keep_raw = pipeline.settings.lock().unwrap().keep_raw;
+            drop(pipeline);
+            let set = self.plugins.borrow_and_update().clone();
+            self.handle(&set, ingest, keep_raw);
+        }
+    }
+
+    fn handle(&mut self, set: &PluginSet, ingest: Ingest, keep_raw: bool) {
+        let Ingest {
+            source,
+            raw,
+            session_id,
+            done,
+        } = ingest;
+        // Valid JSON: the socket layer parsed it already.
+        let raw: Arc<Json> = Arc::new(serde_json::from_str(raw.get()).unwrap_or(Json::Null));
+        let fallback = fallback_session(&source, session_id.as_deref(), &raw);
+        let mut drafts = Vec::new();
+        let mut notes = Vec::new();
+
+        // map
+        match set.mapper(&source) {
+            None => drafts.push(unmapped(&source, &fallback, &raw, None)),
+            // Already reported when it was disabled; its events are kept as they came.
+            Some(plugin) if plugin.disabled().is_some() => {
+                let why = format!("plugin {} is disabled", plugin.name());
+                drafts.push(unmapped(&source, &fallback, &raw, Some(&why)));
+            }
+            Some(plugin) => {
+                let input = Input::Map {
+                    raw: raw.clone(),
+                    source: source.clone(),
+                    session_id: session_id.clone(),
+                };
+                match plugin.call(Hooks::MAP, input) {
+                    Ok(events) => {
+                        for e in events {
+                            match normalize(e, &fallback, &source, &raw, keep_raw) {
+                                Ok(d) => drafts.push(d),
+                                Err(why) => {
+                                    notes.push(plugin_error(plugin, "map", &why, None, &fallback));
+                                    drafts.push(unmapped(&source, &fallback, &raw, Some(&why)));
+                                }
+                            }
+                        }
+                    }
+                    Err(f) => {
+                        let why = f.error.to_string();
+                        notes.push(plugin_error(plugin, "map", &why, Some(&f), &fallback));
+                        drafts.push(unmapped(&source, &fallback, &raw, Some(&why)));
+                    }
+                }
+            }
+        }
+        drafts.append(&mut notes);
+
+        // process
+        for plugin in set.with(Hooks::PROCESS) {
+            if plugin.disabled().is_some() {
+                continue;
+            }
+            let mut next = Vec::with_capacity(drafts.len());
+            for mut draft in drafts {
+                draft
+                    .event
+                    .insert("session_id".into(), Json::String(draft.session_id.clone()));
+                let event = Arc::new(Json::Object(draft.event));
+                let out = plugin
+                    .call(Hooks::PROCESS, Input::Event(event.clone()))
+                    .map_err(|f| (f.error.to_string(), Some(f)))
+                    .and_then(|out| {
+                        out.into_iter()
+                            .map(|e| normalize(e, &draft.session_id, &source, &raw, false))
+                            .collect::<Result<Vec<_>, _>>()
+                            .map_err(|why| (why, None))
+                    });
+                match out {
+                    Ok(out) => next.extend(out),
+                    Err((why, failure)) => {
+                        // The event goes on as it came in.
+                        let mut event = object(Arc::unwrap_or_clone(event));
+                        event.remove("session_id");
+                        notes.push(plugin_error(
+                            plugin,
+                            "process",
+                            &why,
+                            failure.as_ref(),
+                            &draft.session_id,
+                        ));
+                        next.push(Draft {
+                            session_id: draft.session_id,
+                            event,
+                        });
+                    }
+                }
+            }
+            drafts = next;
+        }
+        // Errors of the filters are stored as they are: running them through the filter
+        // that just failed would fail again.
+        drafts.append(&mut notes);
+
+        // decide
+        let mut decision = None;
+        for draft in &mut drafts {
+            if !is_tool_request(&draft.event) {
+                continue;
+            }
+            let verdict = self.decide(set, draft, &mut notes);
+            if let Some(d) = &verdict {
+                let meta = draft
+                    .event
+                    .entry("metadata")
+                    .or_insert_with(|| Json::Object(Map::new()));
+                if let Json::Object(m) = meta {
+                    m.insert(
+                        "decision".into(),
+                        serde_json::to_value(d).unwrap_or(Json::Null),
+                    );
+                }
+            }
+            decision = strongest(decision, verdict);
+        }
+        drafts.append(&mut notes);
+
+        self.append(drafts, decision, done);
+    }
+
+    /// Asks every `decide` plugin about one tool call: deny beats ask beats allow; a plugin
+    /// that fails counts as ask.
+    fn decide(&self, set: &PluginSet, draft: &Draft, notes: &mut Vec<Draft>) -> Option<Decision> {
+        let mut decision = None;
+        let request = Arc::new(Json::Object(draft.event.clone()));
+        for plugin in set.with(Hooks::DECIDE) {
+            if plugin.disabled().is_some() {
+                continue;
+            }
+            let verdict = match plugin.call(Hooks::DECIDE, Input::Event(request.clone())) {
+                Ok(mut out) => match out.pop() {
+                    Some(Json::Null) | None => continue,
+                    Some(Json::String(action)) => verdict(plugin, &action, None),
+                    Some(Json::Object(m)) => {
+                        let action = m.get("action").and_then(Json::as_str).unwrap_or("");
+                        let reason = m.get("reason").and_then(Json::as_str).map(str::to_string);
+                        verdict(plugin, action, reason)
+                    }
+                    Some(_) => Err("decide returned neither a string nor a table".to_string()),
+                },
+                Err(f) => {
+                    let why = f.error.to_string();
+                    notes.push(plugin_error(
+                        plugin,
+                        "decide",
+                        &why,
+                        Some(&f),
+                        &draft.session_id,
+                    ));
+                    Ok(Decision {
+                        action: "ask".into(),
+                        reason: Some(format!("plugin {} failed to decide: {why}", plugin.name())),
+                        decided_by: Some(format!("plugin:{}", plugin.name())),
+                        updated_input: None,
+                    })
+                }
+            };
+            match verdict {
+                Ok(v) => decision = strongest(decision, Some(v)),
+                Err(why) => {
+                    notes.push(plugin_error(
+                        plugin,
+                        "decide",
+                        &why,
+                        None,
+                        &draft.session_id,
+                    ));
+                    decision = strongest(
+                        decision,
+                        Some(Decision {
+                            action: "ask".into(),
+                            reason: Some(why),
+                            decided_by: Some(format!("plugin:{}", plugin.name())),
+                            updated_input: None,
+                        }),
+                    );
+                }
+            }
+        }
+        decision
+    }
+
+    /// Assigns ids, joins tool results to their requests, and hands the events to the store;
+    /// `done` is called when the last one is durable.
+    fn append(&mut self, drafts: Vec<Draft>, decision: Option<Decision>, done: Done) {
+        if drafts.is_empty() {
+            return done(Ok(IngestResult {
+                events: Vec::new(),
+                decision,
+            }));
+        }
+        let total = drafts.len();
+        let collector = Arc::new(Mutex::new(Collector {
+            events: vec![None; total],
+            remaining: total,
+            error: None,
+            decision,
+            done: Some(done),
+        }));
+        for (i, mut draft) in drafts.into_iter().enumerate() {
+            let id = match draft.event.get("id").and_then(Json::as_str) {
+                Some(id) if id.parse::<ulid::Ulid>().is_ok() => id.to_string(),
+                _ => ulid::Ulid::new().to_string(),
+            };
+            self.join(&mut draft, &id);
+            let event_type = draft
+                .event
+                .get("type")
+                .and_then(Json::as_str)
+                .unwrap_or("")
+                .to_string();
+            let session = draft.session_id.clone();
+            let c = collector.clone();
+            let ack = Ack::new(move |r| {
+                let mut c = c.lock().unwrap();
+                match r {
+                    Ok(a) => {
+                        c.events[i] = Some(IngestedEvent {
+                            lsn: a.lsn,
+                            id: a.id,
+                            event_type,
+                            session_id: session,
+                        })
+                    }
+                    Err(e) => {
+                        c.error.get_or_insert(e);
+                    }
+                }
+                c.remaining -= 1;
+                if c.remaining == 0 {
+                    c.finish();
+                }
+            });
+            match to_new_event(&draft.event) {
+                Ok(event) => {
+                    let must_sync = event.event_type.starts_with("checkpoint.");
+                    self.store
+                        .append_with_id(&draft.session_id, Some(id), event, must_sync, ack);
+                }
+                Err(why) => {
+                    // Cannot happen for a normalized draft; stored as an error rather than lost.
+                    tracing::error!(%why, "pipeline produced an event the store refuses");
+                    let event = to_new_event(&object(json!({
+                        "type": "plugin.error",
+                        "payload": {"error": why, "hook": "append"},
+                    })))
+                    .expect("a fixed valid event");
+                    self.store
+                        .append_with_id(&draft.session_id, Some(id), event, false, ack);
+                }
+            }
+        }
+    }
+
+    /// A tool result without a cause gets its request's id, found by `tool_use_id`; a tool
+    /// request is remembered for its result.
+    fn join(&mut self, draft: &mut Draft, id: &str) {
+        let event_type = draft.event.get("type").and_then(Json::as_str).unwrap_or("");
+        let tool_use_id = draft
+            .event
+            .get("payload")
+            .and_then(|p| p.get("tool_use_id"))
+            .and_then(Json::as_str)
+            .map(str::to_string);
+        let Some(tool_use_id) = tool_use_id else {
+            return;
+        };
+        match event_type {
+            "execution.tool_use" => {
+                self.joins.remember(&draft.session_id, &tool_use_id, id);
+            }
+            "execution.tool_result" if !draft.event.contains_key("causation_id") => {
+                let cause = self
+                    .joins
+                    .get(&draft.session_id, &tool_use_id)
+                    .or_else(|| self.find_request(&draft.session_id, &tool_use_id));
+                if let Some(cause) = cause {
+                    draft
+                        .event
+                        .insert("causation_id".into(), Json::String(cause));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Looks for a tool request in the last events of a session's log.
+    fn find_request(&self, session: &str, tool_use_id: &str) -> Option<String> {
+        let s = self.store.get(session)?;
+        let upto = s.committed_lsn();
+        let from = upto.saturating_sub(JOIN_LOOKBACK) + 1;
+        let events = read_range(&s, from, upto, JOIN_LOOKBACK as usize, 16 << 20).ok()?;
+        let mut buf = Vec::new();
+        events.iter().rev().find_map(|e| {
+            buf.clear();
+            e.write_to(&mut buf);
+            let v: Json = serde_json::from_slice(&buf).ok()?;
+            let matches = v.get("type").and_then(Json::as_str) == Some("execution.tool_use")
+                && v.pointer("/payload/tool_use_id").and_then(Json::as_str) == Some(tool_use_id);
+            matches.then(|| v.get("id").and_then(Json::as_str).map(str::to_string))?
+        })
+    }
+}
+
+struct Collector {
+    events: Vec<Option<IngestedEvent>>,
+    remaining: usize,
+    error: Option<StoreError>,
+    decision: Option<Decision>,
+    done: Option<Done>,
+}
+
+impl Collector {
+    fn finish(&mut self) {
+        let Some(done) = self.done.take() else { return };
+        match self.error.take() {
+            Some(e) => done(Err(IngestError::Store(e))),
+            None => done(Ok(IngestResult {
+                events: self.events.drain(..).flatten().collect(),
+                decision: self.decision.take(),
+            })),
+        }
+    }
+}
+
+fn verdict(plugin: &Plugin, action: &str, reason: Option<String>) -> Result<Decision, String> {
+    match action {
+        "allow" | "deny" | "ask" => Ok(Decision {
+            action: action.to_string(),
+            reason,
+            decided_by: Some(format!("plugin:{}", plugin.name())),
+            updated_input: None,
+        }),
+        other => Err(format!(
+            "decide returned {other:?}; expected \"allow\", \"deny\", \"ask\" or nil"
+        )),
+    }
+}
+
+/// deny > ask > allow.
+fn strongest(a: Option<Decision>, b: Option<Decision>) -> Option<Decision> {
+    let rank = |d: &Decision| match d.action.as_str() {
+        "deny" => 3,
+        "ask" => 2,
+        _ => 1,
+    };
+    match (a, b) {
+        (Some(a), Some(b)) => Some(if rank(&b) > rank(&a) { b } else { a }),
+        (a, b) => a.or(b),
+    }
+}
+
+/// A tool call not yet run: the events `decide` is asked about.
+fn is_tool_request(event: &Map<String, Json>) -> bool {
+    let phase = event.get("payload").and_then(|p| p.get("phase"));
+    event.get("type").and_then(Json::as_str) == Some("execution.tool_use")
+        && match phase {
+            None | Some(Json::Null) => true,
+            Some(p) => p.as_str() == Some("requested"),
+        }
+}
+
+fn object(v: Json) -> Map<String, Json> {
+    match v {
+        Json::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+/// The session an event goes to when its mapping names none: the one the caller gave, else
+/// the raw event's own `session_id`, else one per source.
+fn fallback_session(source: &str, given: Option<&str>, raw: &Json) -> String {
+    let valid = |s: &str| dstream_sdk::validate_session_id(s).is_ok();
+    if let Some(s) = given.filter(|s| valid(s)) {
+        return s.to_string();
+    }
+    if let Some(s) = raw
+        .get("session_id")
+        .and_then(Json::as_str)
+        .filter(|s| valid(s))
+    {
+        return s.to_string();
+    }
+    format!("{source}-unassigned")
+}
+
+fn unmapped(source: &str, session: &str, raw: &Json, error: Option<&str>) -> Draft {
+    let mut payload = Map::new();
+    payload.insert("source".into(), json!(source));
+    if let Some(e) = error {
+        payload.insert("error".into(), json!(e));
+    }
+    let event = object(json!({
+        "type": "unmapped",
+        "actor": source,
+        "payload": payload,
+        "metadata": {"source": source},
+        "raw": raw,
+    }));
+    Draft {
+        session_id: session.to_string(),
+        event,
+    }
+}
+
+fn plugin_error(
+    plugin: &Plugin,
+    hook: &str,
+    error: &str,
+    failure: Option<&Failure>,
+    session: &str,
+) -> Draft {
+    let mut payload = json!({"plugin": plugin.name(), "hook": hook, "error": error});
+    if let Some(reason) = failure.and_then(|f| f.disabled_now.as_ref()) {
+        payload["disabled"] = json!(reason);
+    }
+    Draft {
+        session_id: session.to_string(),
+        event: object(json!({
+            "type": "plugin.error",
+            "actor": "dstream",
+            "payload": payload,
+            "metadata": {"plugin": plugin.name()},
+        })),
+    }
+}
+
+const FIELDS: &[&str] = &[
+    "type",
+    "id",
+    "session_id",
+    "stream_id",
+    "causation_id",
+    "correlation_id",
+    "actor",
+    "payload",
+    "metadata",
+    "raw",
+];
+
+/// Checks an event a plugin emitted and fills what the pipeline owes it: the session, the
+/// source in `metadata`, and (for a mapping) the raw event, unless the plugin set `raw`.
+fn normalize(
+    emitted: Json,
+    session: &str,
+    source: &str,
+    raw: &Json,
+    attach_raw: bool,
+) -> Result<Draft, String> {
+    let Json::Object(mut event) = emitted else {
+        return Err("emitted a value that is not an event table".into());
+    };
+    if let Some(k) = event.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(format!(
+            "emitted an event with unknown field {k:?} (fields: {})",
+            FIELDS.join(", ")
+        ));
+    }
+    match event.get("type") {
+        Some(Json::String(t)) if !t.is_empty() => {}
+        _ => return Err("emitted an event without a string `type`".into()),
+    }
+    for key in ["stream_id", "causation_id", "correlation_id", "actor", "id"] {
+        match event.get(key) {
+            None | Some(Json::String(_)) => {}
+            Some(Json::Null) => {
+                event.remove(key);
+            }
+            Some(_) => return Err(format!("`{key}` must be a string")),
+        }
+    }
+    let session = match event.remove("session_id") {
+        Some(Json::String(s)) => {
+            dstream_sdk::validate_session_id(&s).map_err(|e| format!("session_id {s:?}: {e}"))?;
+            s
+        }
+        None | Some(Json::Null) => session.to_string(),
+        Some(_) => return Err("`session_id` must be a string".into()),
+    };
+    if let Some(Json::String(s)) = event.get("stream_id") {
+        dstream_sdk::validate_session_id(s).map_err(|e| format!("stream_id {s:?}: {e}"))?;
+    }
+    match event
+        .entry("metadata")
+        .or_insert_with(|| Json::Object(Map::new()))
+    {
+        Json::Object(m) => {
+            m.entry("source").or_insert_with(|| json!(source));
+        }
+        Json::Null => {
+            event.insert("metadata".into(), json!({ "source": source }));
+        }
+        _ => return Err("`metadata` must be a table".into()),
+    }
+    if attach_raw && !event.contains_key("raw") {
+        event.insert("raw".into(), raw.clone());
+    }
+    Ok(Draft {
+        session_id: session,
+        event,
+    })
+}
+
+/// The store's form of a normalized event.
+fn to_new_event(event: &Map<String, Json>) -> Result<NewEventRaw, String> {
+    let text = |k: &str| event.get(k).and_then(Json::as_str).map(str::to_string);
+    let json = |k: &str| -> Result<Option<Box<RawValue>>, String> {
+        match event.get(k) {
+            None | Some(Json::Null) => Ok(None),
+            Some(v) => {
+                let raw = to_raw_value(v).map_err(|e| e.to_string())?;
+                let depth = nesting_depth(raw.get().as_bytes());
+                if depth > MAX_NESTING_DEPTH {
+                    return Err(format!(
+                        "{k} nests {depth} levels; the limit is {MAX_NESTING_DEPTH}"
+                    ));
+                }
+                Ok(Some(raw))
+            }
+        }
+    };
+    let new = NewEventRaw {
+        event_type: text("type").unwrap_or_default(),
+        actor: text("actor"),
+        payload: json("payload")?,
+        stream_id: text("stream_id"),
+        causation_id: text("causation_id"),
+        correlation_id: text("correlation_id"),
+        metadata: json("metadata")?,
+        raw: json("raw")?,
+        ignored_lsn: None,
+        ignored_id: None,
+        ignored_timestamp: None,
+        ignored_session_id: None,
+    };
+    validate_event(&new)?;
+    Ok(new)
+}

@@ -1,0 +1,5 @@
+//! The Lua plugins compiled into the binary, from the repository's `plugins/` folder. A file of
+//! the same name in the plugin folder replaces one of these.
+
+/// `(file name, source)` of every built-in plugin.
+pub const FILES: &[(&str, &str)] = &[("redact.lua", include_str!("../../../plugins/redact.lua"))];

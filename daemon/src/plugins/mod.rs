@@ -1,0 +1,510 @@
+//! Plugins: the set the pipeline runs, loaded from the built-in Lua files and the plugin
+//! folder, with the error policy and counters every plugin shares.
+//!
+//! A plugin file in the folder whose name is that of a built-in (`claude-code.lua`) replaces
+//! the built-in. A set is built whole, then swapped in by the pipeline: a plugin whose new
+//! version fails to load keeps its last good version running, with the error shown beside it.
+//! A plugin that fails `max_consecutive_errors` calls in a row, or does not return by its
+//! deadline, is disabled until the next reload, and says why.
+
+pub mod builtin;
+pub mod lua;
+
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dstream_sdk::protocol::{PluginInfo, PluginLoadError};
+use serde_json::Value as Json;
+
+/// Largest plugin file read.
+const MAX_PLUGIN_FILE: u64 = 1 << 20;
+/// `on_event` calls one plugin may have queued; past it, committed events skip that plugin
+/// (counted) rather than delaying the pipeline's calls behind them.
+const MAX_QUEUED_EVENTS: usize = 64;
+
+/// Which plugin functions: a small bit set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Hooks(u8);
+
+impl Hooks {
+    pub const MAP: Hooks = Hooks(1);
+    pub const PROCESS: Hooks = Hooks(2);
+    pub const DECIDE: Hooks = Hooks(4);
+    pub const ON_EVENT: Hooks = Hooks(8);
+
+    pub const fn empty() -> Hooks {
+        Hooks(0)
+    }
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+    pub fn contains(self, other: Hooks) -> bool {
+        self.0 & other.0 == other.0
+    }
+    /// The Lua function name of a single hook.
+    pub fn name(self) -> &'static str {
+        match self {
+            Hooks::MAP => "map",
+            Hooks::PROCESS => "process",
+            Hooks::DECIDE => "decide",
+            Hooks::ON_EVENT => "on_event",
+            _ => "?",
+        }
+    }
+    pub fn names(self) -> Vec<String> {
+        [Hooks::MAP, Hooks::PROCESS, Hooks::DECIDE, Hooks::ON_EVENT]
+            .into_iter()
+            .filter(|h| self.contains(*h))
+            .map(|h| h.name().to_string())
+            .collect()
+    }
+}
+
+impl std::ops::BitOr for Hooks {
+    type Output = Hooks;
+    fn bitor(self, rhs: Hooks) -> Hooks {
+        Hooks(self.0 | rhs.0)
+    }
+}
+
+impl std::ops::BitOrAssign for Hooks {
+    fn bitor_assign(&mut self, rhs: Hooks) {
+        self.0 |= rhs.0;
+    }
+}
+
+/// What one call of a plugin may spend.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    pub call_timeout: Duration,
+    pub instructions: u64,
+    pub memory_bytes: usize,
+}
+
+/// How the pipeline's plugins are found and run; from `[plugins]` in the configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginSettings {
+    pub dir: PathBuf,
+    /// File stems not to load, built-ins included.
+    pub disabled: Vec<String>,
+    /// `[plugins.lua.<name>]`: passed to the plugin as `host.config`.
+    pub config: BTreeMap<String, Json>,
+    pub limits: Limits,
+    pub max_consecutive_errors: u32,
+}
+
+/// What a plugin declares about itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginMeta {
+    pub name: String,
+    pub sources: Vec<String>,
+    pub priority: i64,
+    pub hooks: Hooks,
+}
+
+pub enum Input {
+    Map {
+        raw: Arc<Json>,
+        source: String,
+        session_id: Option<String>,
+    },
+    Event(Arc<Json>),
+}
+
+pub struct Call {
+    pub hook: Hooks,
+    pub input: Input,
+    /// Where the result goes; `None` for `on_event`, which the plugin's thread records itself.
+    pub reply: Option<mpsc::Sender<Reply>>,
+}
+
+pub struct Reply {
+    pub result: Result<Vec<Json>, PluginError>,
+    pub micros: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PluginError {
+    #[error("cannot load: {0}")]
+    Load(String),
+    #[error("{0}")]
+    Call(String),
+    #[error("did not return within {0} ms")]
+    Timeout(u128),
+    #[error("disabled: {0}")]
+    Disabled(String),
+}
+
+#[derive(Default)]
+struct Health {
+    consecutive_errors: u32,
+    disabled: Option<String>,
+}
+
+/// Counters and health of one plugin, shared with its thread (which records the calls that
+/// nobody waits for: `on_event`).
+#[derive(Default)]
+pub struct Shared {
+    name: Mutex<String>,
+    max_consecutive_errors: u32,
+    calls: AtomicU64,
+    errors: AtomicU64,
+    micros: AtomicU64,
+    queued_events: AtomicUsize,
+    skipped_events: AtomicU64,
+    health: Mutex<Health>,
+}
+
+impl Shared {
+    pub fn new(max_consecutive_errors: u32) -> Arc<Shared> {
+        Arc::new(Shared {
+            max_consecutive_errors: max_consecutive_errors.max(1),
+            ..Default::default()
+        })
+    }
+
+    pub fn disabled(&self) -> Option<String> {
+        self.health.lock().unwrap().disabled.clone()
+    }
+
+    /// Counts a finished call; a failure may disable the plugin (returned: the reason).
+    pub fn record(&self, error: Option<&PluginError>, micros: u64, stuck: bool) -> Option<String> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.micros.fetch_add(micros, Ordering::Relaxed);
+        let mut health = self.health.lock().unwrap();
+        let Some(error) = error else {
+            health.consecutive_errors = 0;
+            return None;
+        };
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        health.consecutive_errors += 1;
+        if health.disabled.is_some()
+            || !(stuck || health.consecutive_errors >= self.max_consecutive_errors)
+        {
+            return None;
+        }
+        let reason = if stuck {
+            format!("{error}; disabled until reloaded (its call was abandoned)")
+        } else {
+            format!(
+                "failed {} calls in a row (last: {error}); disabled until reloaded",
+                health.consecutive_errors
+            )
+        };
+        let name = self.name.lock().unwrap().clone();
+        tracing::error!(plugin = %name, %reason, "plugin disabled");
+        health.disabled = Some(reason.clone());
+        Some(reason)
+    }
+
+    pub fn event_done(&self) {
+        self.queued_events.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// One loaded plugin: its description, the queue to its thread, its counters and health.
+pub struct Plugin {
+    pub meta: PluginMeta,
+    /// File name, e.g. `claude-code.lua`: what a folder file overrides.
+    pub file: String,
+    /// `builtin`, or the path it was loaded from.
+    pub origin: String,
+    fingerprint: u64,
+    tx: SyncSender<Call>,
+    limits: Limits,
+    shared: Arc<Shared>,
+    /// Why a newer version of this plugin's file failed to load (this one keeps running).
+    newer_failed: Mutex<Option<String>>,
+}
+
+/// What a failed call did to the plugin, for the caller to record.
+pub struct Failure {
+    pub error: PluginError,
+    /// Set when this failure disabled the plugin: the reason.
+    pub disabled_now: Option<String>,
+}
+
+impl Plugin {
+    pub fn name(&self) -> &str {
+        &self.meta.name
+    }
+
+    pub fn has(&self, hook: Hooks) -> bool {
+        self.meta.hooks.contains(hook)
+    }
+
+    pub fn disabled(&self) -> Option<String> {
+        self.shared.disabled()
+    }
+
+    /// Runs one hook and waits for it, at most until its deadline (plus a short grace).
+    pub fn call(&self, hook: Hooks, input: Input) -> Result<Vec<Json>, Failure> {
+        if let Some(reason) = self.disabled() {
+            return Err(Failure {
+                error: PluginError::Disabled(reason),
+                disabled_now: None,
+            });
+        }
+        let (reply_tx, reply_rx) = mpsc::channel();
+        let sent = self.tx.send(Call {
+            hook,
+            input,
+            reply: Some(reply_tx),
+        });
+        let reply = match sent {
+            Ok(()) => lua::wait(&reply_rx, &self.limits),
+            Err(_) => None,
+        };
+        match reply {
+            Some(Reply { result, micros }) => {
+                let disabled_now = self.shared.record(result.as_ref().err(), micros, false);
+                result.map_err(|error| Failure {
+                    error,
+                    disabled_now,
+                })
+            }
+            None => {
+                let error = PluginError::Timeout(self.limits.call_timeout.as_millis());
+                let micros = self.limits.call_timeout.as_micros() as u64;
+                let disabled_now = self.shared.record(Some(&error), micros, true);
+                Err(Failure {
+                    error,
+                    disabled_now,
+                })
+            }
+        }
+    }
+
+    /// Hands a committed event to `on_event` without waiting; false when it had to skip it
+    /// (the plugin is that far behind).
+    pub fn notify(&self, event: Arc<Json>) -> bool {
+        if self.disabled().is_some() {
+            return true;
+        }
+        let queued = &self.shared.queued_events;
+        if queued.fetch_add(1, Ordering::AcqRel) >= MAX_QUEUED_EVENTS {
+            queued.fetch_sub(1, Ordering::AcqRel);
+            self.shared.skipped_events.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        let call = Call {
+            hook: Hooks::ON_EVENT,
+            input: Input::Event(event),
+            reply: None,
+        };
+        match self.tx.try_send(call) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                queued.fetch_sub(1, Ordering::AcqRel);
+                self.shared.skipped_events.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+        }
+    }
+
+    pub fn info(&self) -> PluginInfo {
+        let disabled = self.disabled();
+        let newer = self.newer_failed.lock().unwrap().clone();
+        PluginInfo {
+            name: self.meta.name.clone(),
+            kind: "lua".into(),
+            origin: self.origin.clone(),
+            sources: self.meta.sources.clone(),
+            hooks: self.meta.hooks.names(),
+            state: if disabled.is_some() {
+                "disabled".into()
+            } else {
+                "active".into()
+            },
+            error: disabled.or(newer.map(|e| format!("a newer version failed to load: {e}"))),
+            calls: self.shared.calls.load(Ordering::Relaxed),
+            errors: self.shared.errors.load(Ordering::Relaxed),
+            micros: self.shared.micros.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The plugins in force, in the order `process` runs them (priority, then name).
+#[derive(Default)]
+pub struct PluginSet {
+    pub plugins: Vec<Arc<Plugin>>,
+    pub errors: Vec<PluginLoadError>,
+    pub dir: PathBuf,
+}
+
+impl PluginSet {
+    /// The plugin that maps `source`: the first, in order, that claims it.
+    pub fn mapper(&self, source: &str) -> Option<&Arc<Plugin>> {
+        self.plugins
+            .iter()
+            .find(|p| p.has(Hooks::MAP) && p.meta.sources.iter().any(|s| s == source))
+    }
+
+    pub fn with(&self, hook: Hooks) -> impl Iterator<Item = &Arc<Plugin>> {
+        self.plugins.iter().filter(move |p| p.has(hook))
+    }
+
+    pub fn infos(&self) -> Vec<PluginInfo> {
+        self.plugins.iter().map(|p| p.info()).collect()
+    }
+
+    /// Builds the set for `settings`: the built-ins, replaced or joined by the folder's
+    /// `*.lua` files. Plugins unchanged since `previous` (same text, same config, not
+    /// disabled) keep running as they are, with their state; a file that fails to load keeps
+    /// its previous version, if there was one.
+    pub fn load(settings: &PluginSettings, previous: Option<&PluginSet>) -> PluginSet {
+        let mut set = PluginSet {
+            dir: settings.dir.clone(),
+            ..Default::default()
+        };
+        let mut files: BTreeMap<String, (String, String)> = builtin::FILES
+            .iter()
+            .map(|(name, text)| (name.to_string(), ("builtin".to_string(), text.to_string())))
+            .collect();
+        match read_dir(&settings.dir) {
+            Ok(found) => {
+                for (name, path) in found {
+                    match read_plugin_file(&path) {
+                        Ok(text) => {
+                            files.insert(name, (path.display().to_string(), text));
+                        }
+                        Err(error) => {
+                            files.remove(&name);
+                            set.errors.push(PluginLoadError {
+                                file: path.display().to_string(),
+                                error,
+                            });
+                        }
+                    }
+                }
+            }
+            Err(e) => set.errors.push(PluginLoadError {
+                file: settings.dir.display().to_string(),
+                error: e,
+            }),
+        }
+        let prev =
+            |file: &str| previous.and_then(|p| p.plugins.iter().find(|x| x.file == file).cloned());
+        for (file, (origin, text)) in files {
+            let stem = file.trim_end_matches(".lua").to_string();
+            if settings.disabled.contains(&stem) {
+                continue;
+            }
+            let config = settings.config.get(&stem).cloned().unwrap_or(Json::Null);
+            let fingerprint = fingerprint(&text, &config, &settings.limits);
+            if let Some(old) = prev(&file)
+                && old.fingerprint == fingerprint
+                && old.disabled().is_none()
+                && old.shared.max_consecutive_errors == settings.max_consecutive_errors.max(1)
+            {
+                *old.newer_failed.lock().unwrap() = None;
+                set.plugins.push(old);
+                continue;
+            }
+            let lua_config = match &config {
+                Json::Null => Json::Object(Default::default()),
+                other => other.clone(),
+            };
+            let shared = Shared::new(settings.max_consecutive_errors);
+            match lua::spawn(&file, text, lua_config, settings.limits, shared.clone()) {
+                Ok((meta, tx)) => {
+                    *shared.name.lock().unwrap() = meta.name.clone();
+                    set.plugins.push(Arc::new(Plugin {
+                        meta,
+                        file,
+                        origin,
+                        fingerprint,
+                        tx,
+                        limits: settings.limits,
+                        shared,
+                        newer_failed: Mutex::new(None),
+                    }))
+                }
+                Err(e) => {
+                    tracing::error!(file = %origin, error = %e, "plugin failed to load");
+                    set.errors.push(PluginLoadError {
+                        file: origin.clone(),
+                        error: e.to_string(),
+                    });
+                    if let Some(old) = prev(&file) {
+                        *old.newer_failed.lock().unwrap() = Some(e.to_string());
+                        set.plugins.push(old);
+                    }
+                }
+            }
+        }
+        set.plugins
+            .sort_by(|a, b| (a.meta.priority, &a.meta.name).cmp(&(b.meta.priority, &b.meta.name)));
+        set
+    }
+
+    /// Loads one file on its own, for `plugins check`: what it declares, or why it fails.
+    pub fn check(path: &Path, settings: &PluginSettings) -> Result<PluginInfo, String> {
+        let text = read_plugin_file(path)?;
+        let file = path
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_else(|| "plugin.lua".into());
+        let stem = file.trim_end_matches(".lua");
+        let config = settings
+            .config
+            .get(stem)
+            .cloned()
+            .unwrap_or(Json::Object(Default::default()));
+        let (meta, _tx) = lua::spawn(&file, text, config, settings.limits, Shared::new(1))
+            .map_err(|e| e.to_string())?;
+        Ok(PluginInfo {
+            name: meta.name,
+            kind: "lua".into(),
+            origin: path.display().to_string(),
+            sources: meta.sources,
+            hooks: meta.hooks.names(),
+            state: "active".into(),
+            ..Default::default()
+        })
+    }
+}
+
+fn fingerprint(text: &str, config: &Json, limits: &Limits) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut h);
+    config.to_string().hash(&mut h);
+    format!("{limits:?}").hash(&mut h);
+    h.finish()
+}
+
+/// The `*.lua` files of the plugin folder (a missing folder has none), by file name.
+fn read_dir(dir: &Path) -> Result<Vec<(String, PathBuf)>, String> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(format!("cannot read the plugin folder: {e}")),
+    };
+    let mut found = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        // Editors' temporary and backup files are not plugins.
+        if !name.ends_with(".lua") || name.starts_with('.') || name.starts_with('#') {
+            continue;
+        }
+        found.push((name, entry.path()));
+    }
+    found.sort();
+    Ok(found)
+}
+
+fn read_plugin_file(path: &Path) -> Result<String, String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read: {e}"))?;
+    if meta.len() > MAX_PLUGIN_FILE {
+        return Err(format!(
+            "{} bytes; a plugin file may have at most {MAX_PLUGIN_FILE}",
+            meta.len()
+        ));
+    }
+    std::fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))
+}

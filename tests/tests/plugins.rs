@@ -1,0 +1,530 @@
+//! The pipeline and the Lua plugin host through the real daemon: ingest, the sandbox and its
+//! limits, the error policy, hot reload, and the `plugins` commands.
+
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use dstream_tests::{Client, Daemon, daemon_bin};
+use serde_json::{Value, json};
+
+const LIMITS: &str = "[plugins]\ncall_timeout_ms = 300\nmax_consecutive_errors = 3\n\
+                      memory_bytes = 16777216\n";
+
+fn write_plugin(d: &Daemon, file: &str, text: &str) {
+    let dir = d.plugin_dir();
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(dir.join(file), text).unwrap();
+}
+
+fn ingest(c: &mut Client, source: &str, event: Value) -> Value {
+    c.ok("ingest", json!({"source": source, "event": event}))
+}
+
+fn plugin<'a>(list: &'a Value, name: &str) -> &'a Value {
+    list["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("no plugin {name} in {list}"))
+}
+
+fn types(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| e["type"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Polls `f` until it returns Some, for at most 15 s (the watcher is asynchronous).
+fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn ingest_maps_with_a_plugin_keeps_raw_and_stores_unmapped_events() {
+    let d = Daemon::start();
+    write_plugin(
+        &d,
+        "demo.lua",
+        r#"
+        local M = { name = "demo", api = 1, sources = { "demo" } }
+        function M.map(raw, emit, ctx)
+          emit({ type = "user.input", session_id = raw.sid, actor = ctx.source,
+                 payload = { text = raw.text } })
+          if raw.twice then emit({ type = "user.input", session_id = raw.sid }) end
+        end
+        return M
+        "#,
+    );
+    let mut c = d.client();
+    c.ok("plugins.reload", json!({}));
+    let raw = json!({"sid": "demo-1", "text": "hi", "twice": true, "n": [1, 2.5, null, {}]});
+    let r = ingest(&mut c, "demo", raw.clone());
+    let got = r["events"].as_array().unwrap();
+    assert_eq!(got.len(), 2, "{r}");
+    assert_eq!(got[0]["lsn"], 1);
+    assert_eq!(got[1]["lsn"], 2);
+    assert_eq!(got[0]["session_id"], "demo-1");
+    assert_eq!(got[0]["type"], "user.input");
+    assert!(r.get("decision").is_none(), "{r}");
+    let stored = c.read_all("demo-1");
+    assert_eq!(stored[0]["id"], got[0]["id"]);
+    assert_eq!(stored[0]["actor"], "demo");
+    assert_eq!(stored[0]["payload"], json!({"text": "hi"}));
+    assert_eq!(stored[0]["metadata"]["source"], "demo");
+    assert_eq!(stored[0]["raw"], raw, "raw is kept as received");
+    assert_eq!(stored[1]["raw"], raw);
+
+    // No plugin maps this source: stored as `unmapped`, raw kept, in the session the caller
+    // named.
+    let raw = json!({"what": "ever"});
+    let r = c.ok(
+        "ingest",
+        json!({"source": "mystery", "event": raw, "session_id": "m-1"}),
+    );
+    assert_eq!(r["events"][0]["type"], "unmapped");
+    let stored = c.read_all("m-1");
+    assert_eq!(stored[0]["raw"], raw);
+    assert_eq!(stored[0]["payload"]["source"], "mystery");
+    // Without a session anywhere: one per source.
+    let r = ingest(&mut c, "mystery", json!(42));
+    assert_eq!(r["events"][0]["session_id"], "mystery-unassigned");
+
+    // Bad params get clear errors.
+    for (params, needle) in [
+        (json!({"source": "", "event": {}}), "invalid source"),
+        (json!({"source": "a/b", "event": {}}), "invalid source"),
+        (json!({"event": {}}), "source"),
+        (json!({"source": "x"}), "event"),
+        (
+            json!({"source": "x", "event": {}, "session_id": "../x"}),
+            "session_id",
+        ),
+        (json!({"source": "x", "event": {}, "extra": 1}), "extra"),
+    ] {
+        let e = c.err("ingest", params.clone());
+        assert!(e.message.contains(needle), "{params}: {e:?}");
+    }
+    let stats = c.ok("stats", json!({}));
+    assert!(stats["ingested"].as_u64().unwrap() >= 3, "{stats}");
+    assert!(plugin(&stats, "demo")["calls"].as_u64().unwrap() >= 1);
+}
+
+#[test]
+fn hostile_plugins_are_contained_and_nothing_is_lost() {
+    let d = Daemon::start_with(LIMITS);
+    let plugins = [
+        ("spin.lua", "while true do end"),
+        (
+            "pcall-spin.lua",
+            "while true do pcall(function() while true do end end) end",
+        ),
+        (
+            "memory.lua",
+            "local t = {} for i = 1, 1e9 do t[i] = string.rep('x', 4096) .. i end",
+        ),
+        (
+            "rep.lua",
+            "local s = string.rep('x', 1 << 40) emit({type = 'x'})",
+        ),
+        (
+            "concat.lua",
+            "local s = 'x' for i = 1, 64 do s = s .. s end emit({type = 'x'})",
+        ),
+        ("error.lua", "error('broken on purpose')"),
+        ("badtype.lua", "emit({payload = 1})"),
+        ("badfield.lua", "emit({type = 'x', bogus = 1})"),
+    ];
+    for (file, body) in plugins {
+        let name = file.trim_end_matches(".lua");
+        write_plugin(
+            &d,
+            file,
+            &format!(
+                "local M = {{ name = '{name}', api = 1, sources = {{ '{name}' }} }}\n\
+                 function M.map(raw, emit, ctx)\n{body}\nend\nreturn M\n"
+            ),
+        );
+    }
+    // What the sandbox leaves a script: reported as an event.
+    write_plugin(
+        &d,
+        "probe.lua",
+        r#"
+        local M = { name = "probe", api = 1, sources = { "probe" } }
+        function M.map(raw, emit, ctx)
+          local bytecode_ok = false
+          if string.dump == nil then
+            bytecode_ok = pcall(load, "\27Lua")
+            bytecode_ok = bytecode_ok and load("\27Lua") ~= nil
+          end
+          emit({ type = "probe", payload = {
+            io = type(io), os = type(os), require = type(require), package = type(package),
+            dofile = type(dofile), loadfile = type(loadfile), debug = type(debug),
+            dump = type(string.dump), bytecode = bytecode_ok,
+            ulid = #host.ulid(), now = host.now_ms() > 0,
+          } })
+        end
+        return M
+        "#,
+    );
+    let mut c = d.client();
+    let list = c.ok("plugins.reload", json!({}));
+    assert_eq!(list["errors"], json!([]), "{list}");
+
+    let p = ingest(&mut c, "probe", json!({"session_id": "probe-1"}));
+    assert_eq!(p["events"][0]["type"], "probe", "{p}");
+    let probe = &c.read_all("probe-1")[0]["payload"];
+    for lib in [
+        "io", "os", "require", "package", "dofile", "loadfile", "debug", "dump",
+    ] {
+        assert_eq!(probe[lib], "nil", "{lib} must not be reachable: {probe}");
+    }
+    assert_eq!(probe["bytecode"], false, "{probe}");
+    assert_eq!(probe["ulid"], 26);
+    assert_eq!(probe["now"], true);
+
+    let mut other = d.client();
+    for (i, (file, _)) in plugins.iter().enumerate() {
+        let name = file.trim_end_matches(".lua");
+        let session = format!("{name}-1");
+        let raw = json!({"n": i, "session_id": session});
+        let r = ingest(&mut c, name, raw.clone());
+        let t: Vec<_> = r["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["type"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(t, ["unmapped", "plugin.error"], "{name}: {r}");
+        let stored = c.read_all(&session);
+        assert_eq!(stored[0]["raw"], raw, "{name}: the raw event is kept");
+        let error = stored[1]["payload"]["error"].as_str().unwrap().to_string();
+        assert_eq!(stored[1]["payload"]["plugin"], name);
+        assert!(!error.is_empty());
+        // Another client is served meanwhile, and the daemon is still up.
+        other.append("bystander", "user.input", json!({"after": name}));
+        assert!(d.is_running(), "{name} took the daemon down");
+    }
+    let bystander = other.read_all("bystander");
+    assert_eq!(bystander.len(), plugins.len());
+    let list = c.ok("plugins.list", json!({}));
+    assert!(plugin(&list, "spin")["errors"].as_u64().unwrap() >= 1);
+    assert!(
+        c.read_all("spin-1")[1]["payload"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("exceeded"),
+        "the error says why"
+    );
+    let error = c.read_all("memory-1")[1]["payload"]["error"].clone();
+    assert!(error.as_str().unwrap().contains("memory"), "{error}");
+}
+
+#[test]
+fn failing_hooks_follow_the_error_policy_and_repeated_failure_disables() {
+    let d = Daemon::start_with(LIMITS);
+    write_plugin(
+        &d,
+        "mapper.lua",
+        r#"
+        local M = { name = "mapper", api = 1, sources = { "agent" } }
+        function M.map(raw, emit) emit({ type = raw.type, session_id = "s", payload = raw }) end
+        return M
+        "#,
+    );
+    write_plugin(
+        &d,
+        "flaky.lua",
+        r#"
+        local M = { name = "flaky", api = 1 }
+        function M.process(event, emit)
+          if event.payload.boom then error("process failed") end
+          event.payload.seen = true
+          emit(event)
+        end
+        function M.decide(request)
+          if request.payload.boom then error("decide failed") end
+          if request.payload.tool == "rm" then return { action = "deny", reason = "no rm" } end
+          return "allow"
+        end
+        return M
+        "#,
+    );
+    let mut c = d.client();
+    c.ok("plugins.reload", json!({}));
+    // process ok; decide allows.
+    let r = ingest(
+        &mut c,
+        "agent",
+        json!({"type": "execution.tool_use", "tool": "ls"}),
+    );
+    assert_eq!(r["decision"]["action"], "allow", "{r}");
+    assert_eq!(r["decision"]["decided_by"], "plugin:flaky");
+    let r = ingest(
+        &mut c,
+        "agent",
+        json!({"type": "execution.tool_use", "tool": "rm"}),
+    );
+    assert_eq!(r["decision"]["action"], "deny");
+    assert_eq!(r["decision"]["reason"], "no rm");
+    let stored = c.read_all("s");
+    assert_eq!(stored[0]["payload"]["seen"], true);
+    assert_eq!(stored[1]["metadata"]["decision"]["action"], "deny");
+
+    // process and decide fail: the event passes through unchanged, the decision is "ask",
+    // and each failure is recorded.
+    let r = ingest(
+        &mut c,
+        "agent",
+        json!({"type": "execution.tool_use", "tool": "x", "boom": true}),
+    );
+    assert_eq!(r["decision"]["action"], "ask", "{r}");
+    let stored = c.read_all("s");
+    let tail: Vec<_> = stored[2..].to_vec();
+    assert_eq!(
+        types(&tail),
+        ["execution.tool_use", "plugin.error", "plugin.error"]
+    );
+    assert_eq!(
+        tail[0]["payload"]["seen"],
+        Value::Null,
+        "passed through unchanged"
+    );
+    assert_eq!(tail[1]["payload"]["hook"], "process");
+    assert_eq!(tail[2]["payload"]["hook"], "decide");
+
+    // A third consecutive failure disables it, and says so.
+    let _ = ingest(&mut c, "agent", json!({"type": "note", "boom": true}));
+    let list = c.ok("plugins.list", json!({}));
+    let flaky = plugin(&list, "flaky");
+    assert_eq!(flaky["state"], "disabled", "{list}");
+    assert!(
+        flaky["error"].as_str().unwrap().contains("in a row"),
+        "{flaky}"
+    );
+    let stored = c.read_all("s");
+    assert!(
+        stored
+            .iter()
+            .any(|e| e["type"] == "plugin.error" && e["payload"]["disabled"].is_string()),
+        "a plugin.error says it was disabled"
+    );
+    // Disabled: events go on without it.
+    let r = ingest(&mut c, "agent", json!({"type": "note"}));
+    assert_eq!(types(r["events"].as_array().unwrap()), ["note"]);
+    // A reload gives it another chance.
+    let list = c.ok("plugins.reload", json!({}));
+    assert_eq!(plugin(&list, "flaky")["state"], "active");
+    let r = ingest(
+        &mut c,
+        "agent",
+        json!({"type": "execution.tool_use", "tool": "ls"}),
+    );
+    assert_eq!(r["decision"]["action"], "allow");
+}
+
+#[test]
+fn editing_a_plugin_takes_effect_without_a_restart_and_a_broken_edit_keeps_the_old_one() {
+    let d = Daemon::start();
+    let mut c = d.client();
+    let version = |v: &str| {
+        format!(
+            "local M = {{ name = 'live', api = 1, sources = {{ 'live' }} }}\n\
+             function M.map(raw, emit) emit({{ type = 'live.{v}', session_id = 'live' }}) end\n\
+             return M\n"
+        )
+    };
+    write_plugin(&d, "live.lua", &version("v1"));
+    let first = |c: &mut Client| {
+        ingest(c, "live", json!({}))["events"][0]["type"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    eventually("the new plugin to be picked up", || {
+        (first(&mut c) == "live.v1").then_some(())
+    });
+    write_plugin(&d, "live.lua", &version("v2"));
+    eventually("the edit to take effect", || {
+        (first(&mut c) == "live.v2").then_some(())
+    });
+    // A syntax error: the last good version keeps running; the error is shown.
+    write_plugin(&d, "live.lua", "local M = { name = 'live', api = 1 ");
+    let list = eventually("the error to show", || {
+        let list = c.ok("plugins.list", json!({}));
+        (!list["errors"].as_array().unwrap().is_empty()).then_some(list)
+    });
+    assert!(
+        list["errors"][0]["file"]
+            .as_str()
+            .unwrap()
+            .ends_with("live.lua"),
+        "{list}"
+    );
+    assert!(
+        plugin(&list, "live")["error"]
+            .as_str()
+            .unwrap()
+            .contains("newer version failed")
+    );
+    assert_eq!(first(&mut c), "live.v2");
+    let out = dstream(&d, &["plugins", "list"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("live.lua"), "{text}");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "errors make `plugins list` fail"
+    );
+    // Removing the file removes the plugin.
+    fs::remove_file(d.plugin_dir().join("live.lua")).unwrap();
+    eventually("the removal to take effect", || {
+        (first(&mut c) == "unmapped").then_some(())
+    });
+}
+
+#[test]
+fn editing_the_config_file_reconfigures_plugins() {
+    let d = Daemon::start_with("[plugins]\ndisabled = []\n");
+    let mut c = d.client();
+    let list = c.ok("plugins.list", json!({}));
+    assert_eq!(plugin(&list, "redact")["state"], "active");
+    fs::write(
+        d.config_path().unwrap(),
+        "[plugins]\ndisabled = [\"redact\"]\n",
+    )
+    .unwrap();
+    eventually("redact to be disabled by config", || {
+        let list = c.ok("plugins.list", json!({}));
+        let names: Vec<_> = list["plugins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].clone())
+            .collect();
+        (!names.contains(&json!("redact"))).then_some(())
+    });
+    // A broken config keeps the last good one and says so.
+    fs::write(d.config_path().unwrap(), "[plugins\n").unwrap();
+    let list = eventually("the config error to show", || {
+        let list = c.ok("plugins.list", json!({}));
+        (!list["errors"].as_array().unwrap().is_empty()).then_some(list)
+    });
+    assert!(
+        list["errors"][0]["file"]
+            .as_str()
+            .unwrap()
+            .ends_with("config.toml")
+    );
+}
+
+#[test]
+fn the_redaction_plugin_removes_secrets_before_they_are_stored() {
+    let d = Daemon::start();
+    let mut c = d.client();
+    let secrets = [
+        "sk-ant-api03-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+        "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB",
+        "AKIAIOSFODNN7EXAMPLE",
+        "xoxb-123456789012-abcdefghijkl",
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----",
+    ];
+    let command = format!(
+        "curl -H 'Authorization: Bearer abcdef0123456789abcdef' -d {} && \
+         export GITHUB_TOKEN=gho_secretvalue123 DB_PASSWORD=hunter2hunter2",
+        secrets.join(" ")
+    );
+    let raw = json!({
+        "session_id": "redact-1",
+        "tool_input": {"command": command},
+        "env": {"API_KEY": "plainvalue-in-a-secret-key", "harmless": "max_tokens=100"},
+    });
+    ingest(&mut c, "mystery", raw);
+    let stored = c.read_all("redact-1");
+    let text = stored[0].to_string();
+    for s in secrets.iter().chain(&[
+        "abcdef0123456789abcdef",
+        "gho_secretvalue123",
+        "hunter2hunter2",
+        "plainvalue-in-a-secret-key",
+    ]) {
+        let probe = s.lines().nth(1).unwrap_or(s);
+        assert!(!text.contains(probe), "{probe} was stored: {text}");
+    }
+    assert!(text.contains("[REDACTED]"));
+    assert!(
+        text.contains("max_tokens=100"),
+        "not everything is a secret"
+    );
+    assert!(stored[0]["metadata"]["redactions"].as_u64().unwrap() >= 8);
+}
+
+fn dstream(d: &Daemon, args: &[&str]) -> Output {
+    Command::new(daemon_bin())
+        .args(args)
+        .arg("--socket")
+        .arg(d.socket())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn check(file: &Path) -> Output {
+    Command::new(daemon_bin())
+        .args(["plugins", "check"])
+        .arg(file)
+        .env_remove("DSTREAM_CONFIG")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn plugins_check_reports_what_a_file_declares_or_why_it_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.lua");
+    fs::write(
+        &good,
+        "local M = { name = 'good', api = 1, sources = { 'x' } }\n\
+         function M.map(raw, emit) end\nfunction M.on_event(e) end\nreturn M\n",
+    )
+    .unwrap();
+    let out = check(&good);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        text.contains("\"good\"") && text.contains("map, on_event"),
+        "{text}"
+    );
+    for (body, needle) in [
+        ("return 1", "must return a plugin table"),
+        (
+            "return { name = 'x', api = 2, process = function() end }",
+            "api",
+        ),
+        ("return { name = 'x', api = 1 }", "none of"),
+        (
+            "return { name = 'x', api = 1, map = function() end }",
+            "sources",
+        ),
+        ("local x = ", "bad.lua"),
+        ("while true do end", "exceeded"),
+    ] {
+        let bad = dir.path().join("bad.lua");
+        fs::write(&bad, body).unwrap();
+        let out = check(&bad);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{body}");
+        assert!(err.contains(needle), "{body}: {err}");
+    }
+}
