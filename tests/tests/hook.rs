@@ -653,6 +653,80 @@ fn hook_events_land_in_the_session_log() {
     }
 }
 
+/// A policy for the real daemon: a stand-in mapping for `source` that turns tool calls into
+/// requested `execution.tool_use` events, and a `decide` that denies `rm…` and allows `ls`.
+/// Named after the built-in mapping so that it replaces it for this daemon only.
+fn write_test_policy(d: &Daemon, source: &str, map_body: &str) {
+    let dir = d.plugin_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = format!(
+        r#"
+        local M = {{ name = "{source}", api = 1, sources = {{ "{source}" }} }}
+        function M.map(raw, emit, ctx)
+          {map_body}
+        end
+        function M.decide(request)
+          local input = request.payload and request.payload.input or {{}}
+          local cmd = input.command or ""
+          if cmd:find("^rm") then return {{ action = "deny", reason = "no rm (test policy)" }} end
+          if cmd == "ls" then return "allow" end
+          return nil
+        end
+        return M
+        "#
+    );
+    std::fs::write(dir.join(format!("{source}.lua")), text).unwrap();
+    let reloaded = d.client().ok("plugins.reload", json!({}));
+    assert!(
+        reloaded["errors"].as_array().is_none_or(|e| e.is_empty()),
+        "{reloaded}"
+    );
+}
+
+#[test]
+fn real_daemon_decisions_reach_claude_code_in_its_format() {
+    let d = Daemon::start();
+    write_test_policy(
+        &d,
+        "claude-code",
+        r#"if raw.hook_event_name == "PreToolUse" or raw.hook_event_name == "PermissionRequest" then
+            emit({ type = "execution.tool_use", session_id = raw.session_id,
+                   payload = { phase = "requested", tool = raw.tool_name, input = raw.tool_input,
+                               tool_use_id = raw.tool_use_id } })
+          end"#,
+    );
+    let session = "hook-e2e-decide";
+    let call = |kind: &str, command: &str| {
+        let mut e = event_of(kind, session);
+        e["tool_input"]["command"] = json!(command);
+        printed(&hook(&d.socket(), &e, &[]))
+    };
+    assert_eq!(
+        call("PreToolUse", "rm -rf /"),
+        json!({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
+            "permissionDecisionReason": "no rm (test policy)"}})
+    );
+    assert_eq!(
+        call("PreToolUse", "ls"),
+        json!({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow",
+            "permissionDecisionReason": "allowed by plugin:claude-code (dstream)"}})
+    );
+    assert_eq!(call("PreToolUse", "cat notes.txt"), Value::Null);
+    assert_eq!(
+        call("PermissionRequest", "rm x"),
+        json!({"hookSpecificOutput": {"hookEventName": "PermissionRequest",
+            "decision": {"behavior": "deny", "message": "no rm (test policy)"}}})
+    );
+    assert_eq!(
+        call("PermissionRequest", "ls"),
+        json!({"hookSpecificOutput": {"hookEventName": "PermissionRequest",
+            "decision": {"behavior": "allow"}}})
+    );
+    let stored = events_of(&d, session);
+    assert_eq!(stored.len(), 5, "{stored:#?}");
+    assert!(stored.iter().all(|e| e["type"] == "execution.tool_use"));
+}
+
 // ---- the OpenCode plugin ----
 
 fn repo_root() -> PathBuf {
@@ -919,4 +993,29 @@ fn opencode_plugin_events_land_and_survive_a_daemon_restart() {
         thread::sleep(Duration::from_millis(50));
     }
     assert!(stored.iter().all(|e| e["session_id"] == session));
+}
+
+#[test]
+fn opencode_plugin_obeys_a_real_daemon_decision() {
+    let d = Daemon::start();
+    write_test_policy(
+        &d,
+        "opencode",
+        r#"if raw.hook == "tool.execute.before" then
+            emit({ type = "execution.tool_use", session_id = raw.input.sessionID,
+                   payload = { phase = "requested", tool = raw.input.tool,
+                               input = raw.output.args, tool_use_id = raw.input.callID } })
+          end"#,
+    );
+    let mut oc = OpenCode::start(&d.socket(), &[]);
+    let session = "ses_e2e_decide";
+    let denied = oc.before(tool_input(session, "c1"), json!({"command": "rm -rf /"}));
+    assert_eq!(denied["ok"], false, "{denied}");
+    assert_eq!(denied["error"], "no rm (test policy)");
+    let allowed = oc.before(tool_input(session, "c2"), json!({"command": "ls"}));
+    assert_eq!(allowed["ok"], true, "{allowed}");
+    assert_eq!(allowed["output"]["args"], json!({"command": "ls"}));
+    let stored = events_of(&d, session);
+    assert_eq!(stored.len(), 2, "{stored:#?}");
+    assert_eq!(stored[0]["payload"]["tool_use_id"], "c1");
 }

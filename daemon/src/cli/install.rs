@@ -122,8 +122,9 @@ Claude Code: adds to the settings file, for every hook event dstream records, a 
 `<this dstream's absolute path> hook claude-code` with a 600 s timeout (long enough for a person
 to approve a held tool call). Other settings and other hooks are left as they are. Running it
 again changes nothing; after moving the dstream binary, running it again points the hooks at
-the new path. If Claude Code reports `Invalid key in record` for a hook event after installing,
-it is older than that event: install again with `--events core`.
+the new path. Installing adds events and never removes any. If Claude Code reports `Invalid key
+in record` for a hook event after installing, it is older than that event (and ignores the whole
+file): run `dstream uninstall claude-code`, then install again with `--events core`.
 
 OpenCode: writes the dstream plugin to .opencode/plugins/dstream.js (project) or
 $XDG_CONFIG_HOME/opencode/plugins/dstream.js (user). An older dstream plugin there is replaced;
@@ -362,7 +363,9 @@ fn remove_hooks(doc: &mut Json) -> anyhow::Result<Vec<String>> {
         bail!("`hooks` in the settings file is not an object");
     };
     for (event, list) in events.iter_mut() {
-        let Json::Array(groups) = list else { continue };
+        let Json::Array(groups) = list else {
+            bail!("`hooks.{event}` in the settings file is not a list");
+        };
         let mut removed_here = false;
         groups.retain_mut(|group| {
             let Some(Json::Array(handlers)) = group.get_mut("hooks") else {
@@ -395,8 +398,9 @@ fn install_claude(path: &Path, events: &[&'static str]) -> anyhow::Result<()> {
     let existed = read_settings(path)?;
     let is_new = existed.is_none();
     let mut doc = existed.unwrap_or(Json::Object(Vec::new()));
-    let changes = add_hooks(&mut doc, events, &exe)?;
     let shown = path.display();
+    let changes =
+        add_hooks(&mut doc, events, &exe).with_context(|| format!("{shown} was left untouched"))?;
     if changes.added.is_empty() && changes.updated.is_empty() {
         println!(
             "dstream's Claude Code hooks are already in {shown} ({} events); nothing changed",
@@ -438,7 +442,7 @@ fn uninstall_claude(path: &Path) -> anyhow::Result<()> {
         println!("{shown} does not exist; nothing to remove");
         return Ok(());
     };
-    let removed = remove_hooks(&mut doc)?;
+    let removed = remove_hooks(&mut doc).with_context(|| format!("{shown} was left untouched"))?;
     if removed.is_empty() {
         println!("no dstream hooks in {shown}; nothing changed");
         return Ok(());

@@ -1,0 +1,603 @@
+//! `dstream install` / `dstream uninstall` for Claude Code and OpenCode, on temporary projects
+//! and a temporary home.
+#![cfg(unix)]
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use dstream_tests::serde_json::{self, Value, json};
+use dstream_tests::{daemon_bin, wait_child};
+
+/// Every event `dstream install claude-code` hooks by default.
+const EVENTS: &[&str] = &[
+    "SessionStart",
+    "Setup",
+    "InstructionsLoaded",
+    "UserPromptSubmit",
+    "PreToolUse",
+    "PermissionRequest",
+    "PermissionDenied",
+    "PostToolUse",
+    "PostToolUseFailure",
+    "Notification",
+    "SubagentStart",
+    "SubagentStop",
+    "TaskCreated",
+    "TaskCompleted",
+    "TeammateIdle",
+    "Stop",
+    "StopFailure",
+    "PreCompact",
+    "PostCompact",
+    "ConfigChange",
+    "CwdChanged",
+    "FileChanged",
+    "WorktreeRemove",
+    "Elicitation",
+    "ElicitationResult",
+    "SessionEnd",
+];
+
+/// A settings file someone already uses: other settings, and hooks of their own.
+const EXISTING: &str = r#"{
+  "model": "opus",
+  "permissions": {
+    "allow": ["Bash(npm test)"],
+    "deny": []
+  },
+  "hooks": {
+    "PostToolUse": [
+      {
+        "matcher": "Edit|Write",
+        "hooks": [{ "type": "command", "command": "prettier --write \"$CLAUDE_FILE\"" }]
+      }
+    ],
+    "Stop": [
+      { "hooks": [{ "type": "command", "command": "notify-send done", "timeout": 5 }] }
+    ]
+  },
+  "env": { "FOO": "1" },
+  "statusLine": { "type": "command", "command": "echo hi" }
+}
+"#;
+
+fn temp_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("dstream-install-")
+        .tempdir()
+        .unwrap()
+}
+
+/// Runs dstream with `HOME` (and no XDG_CONFIG_HOME unless given in `env`).
+fn dstream_in(bin: &Path, home: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(bin);
+    cmd.args(args)
+        .env("HOME", home)
+        .env_remove("XDG_CONFIG_HOME")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let status = wait_child(&mut child, std::time::Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("dstream {args:?} hung"));
+    let mut out = child.wait_with_output().unwrap();
+    out.status = status;
+    out
+}
+
+fn dstream(home: &Path, args: &[&str]) -> Output {
+    dstream_in(&daemon_bin(), home, args, &[])
+}
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn failed(out: &Output) -> String {
+    assert!(
+        !out.status.success(),
+        "expected a failure: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_slice(&fs::read(path).unwrap()).unwrap()
+}
+
+/// The hook command install writes for `bin`: its real path, shell-quoted, then the agent.
+fn expected_command(bin: &Path) -> String {
+    let real = fs::canonicalize(bin).unwrap();
+    let real = real.to_str().unwrap();
+    let plain = real
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c));
+    let quoted = if plain {
+        real.to_string()
+    } else {
+        format!("'{}'", real.replace('\'', r"'\''"))
+    };
+    format!("{quoted} hook claude-code")
+}
+
+/// The commands of all hook handlers of `event`.
+fn commands(settings: &Value, event: &str) -> Vec<String> {
+    settings["hooks"][event]
+        .as_array()
+        .map(|groups| {
+            groups
+                .iter()
+                .flat_map(|g| g["hooks"].as_array().cloned().unwrap_or_default())
+                .map(|h| h["command"].as_str().unwrap_or_default().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Positions of `keys` (as `"key":`) in `text`, to check that their order is kept.
+fn key_order(text: &str, keys: &[&str]) -> Vec<usize> {
+    keys.iter()
+        .map(|k| {
+            text.find(&format!("\"{k}\""))
+                .unwrap_or_else(|| panic!("no {k} in {text}"))
+        })
+        .collect()
+}
+
+#[test]
+fn claude_code_project_install_is_idempotent_and_uninstall_restores_the_file() {
+    let home = temp_dir();
+    let project = temp_dir();
+    let settings = project.path().join(".claude").join("settings.json");
+    fs::create_dir_all(settings.parent().unwrap()).unwrap();
+    fs::write(&settings, EXISTING).unwrap();
+    let original = read_json(&settings);
+    let dir = project.path().to_str().unwrap();
+
+    let said = ok(&dstream(
+        home.path(),
+        &["install", "claude-code", "--project", dir],
+    ));
+    assert!(
+        said.contains(&format!("added for {} events", EVENTS.len())),
+        "{said}"
+    );
+    let installed = read_json(&settings);
+    let command = expected_command(&daemon_bin());
+    for event in EVENTS {
+        let cmds = commands(&installed, event);
+        assert_eq!(
+            cmds.iter().filter(|c| **c == command).count(),
+            1,
+            "{event}: {cmds:?}"
+        );
+        let ours = installed["hooks"][event]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|g| g["hooks"].as_array().unwrap())
+            .find(|h| h["command"] == command.as_str())
+            .unwrap();
+        assert_eq!(ours["type"], "command");
+        assert_eq!(ours["timeout"], 600);
+    }
+    assert!(installed["hooks"].get("WorktreeCreate").is_none());
+    // The user's hooks run first, as before; everything else is as it was, in its order.
+    assert_eq!(
+        commands(&installed, "PostToolUse")[0],
+        "prettier --write \"$CLAUDE_FILE\""
+    );
+    assert_eq!(commands(&installed, "Stop")[0], "notify-send done");
+    for key in ["model", "permissions", "env", "statusLine"] {
+        assert_eq!(installed[key], original[key], "{key}");
+    }
+    let text = fs::read_to_string(&settings).unwrap();
+    let order = key_order(
+        &text,
+        &["model", "permissions", "hooks", "env", "statusLine"],
+    );
+    assert!(order.is_sorted(), "key order changed: {text}");
+    assert!(text.ends_with("}\n"));
+
+    // Again: nothing to do, and the file is not rewritten.
+    let bytes = fs::read(&settings).unwrap();
+    let said = ok(&dstream(
+        home.path(),
+        &["install", "claude-code", "--project", dir],
+    ));
+    assert!(said.contains("nothing changed"), "{said}");
+    assert_eq!(fs::read(&settings).unwrap(), bytes);
+
+    // Uninstall: the same JSON value as before install, keys in their order.
+    let said = ok(&dstream(
+        home.path(),
+        &["uninstall", "claude-code", "--project", dir],
+    ));
+    assert!(
+        said.contains(&format!("from {} events", EVENTS.len())),
+        "{said}"
+    );
+    assert_eq!(read_json(&settings), original);
+    let text = fs::read_to_string(&settings).unwrap();
+    assert!(
+        key_order(
+            &text,
+            &["model", "permissions", "hooks", "env", "statusLine"]
+        )
+        .is_sorted()
+    );
+    let said = ok(&dstream(
+        home.path(),
+        &["uninstall", "claude-code", "--project", dir],
+    ));
+    assert!(said.contains("nothing changed"), "{said}");
+    assert_eq!(read_json(&settings), original);
+}
+
+#[test]
+fn claude_code_user_install_is_the_default_and_uninstall_deletes_what_it_created() {
+    let home = temp_dir();
+    let settings = home.path().join(".claude").join("settings.json");
+    let said = ok(&dstream(home.path(), &["install", "claude-code"]));
+    assert!(said.contains("created"), "{said}");
+    let installed = read_json(&settings);
+    assert_eq!(
+        installed["hooks"].as_object().unwrap().len(),
+        EVENTS.len(),
+        "{installed}"
+    );
+    let said = ok(&dstream(home.path(), &["install", "claude-code", "--user"]));
+    assert!(said.contains("nothing changed"), "{said}");
+    let said = ok(&dstream(
+        home.path(),
+        &["uninstall", "claude-code", "--user"],
+    ));
+    assert!(said.contains("deleted"), "{said}");
+    assert!(!settings.exists());
+    let said = ok(&dstream(home.path(), &["uninstall", "claude-code"]));
+    assert!(said.contains("nothing to remove"), "{said}");
+}
+
+#[test]
+fn claude_code_local_and_core_events() {
+    let home = temp_dir();
+    let project = temp_dir();
+    let dir = project.path().to_str().unwrap();
+    ok(&dstream(
+        home.path(),
+        &[
+            "install",
+            "claude-code",
+            "--project",
+            dir,
+            "--local",
+            "--events",
+            "core",
+        ],
+    ));
+    let local = project.path().join(".claude").join("settings.local.json");
+    assert!(!project.path().join(".claude/settings.json").exists());
+    let installed = read_json(&local);
+    let mut names: Vec<_> = installed["hooks"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "Notification",
+            "PostToolUse",
+            "PreCompact",
+            "PreToolUse",
+            "SessionEnd",
+            "SessionStart",
+            "Stop",
+            "SubagentStop",
+            "UserPromptSubmit"
+        ]
+    );
+    // Widening to all events adds the rest, and keeps the ones already there.
+    let said = ok(&dstream(
+        home.path(),
+        &["install", "claude-code", "--project", dir, "--local"],
+    ));
+    assert!(
+        said.contains(&format!("added for {} events", EVENTS.len() - 9)),
+        "{said}"
+    );
+    // Mistakes are refused before anything is written.
+    let err = failed(&dstream(
+        home.path(),
+        &[
+            "install",
+            "claude-code",
+            "--project",
+            dir,
+            "--events",
+            "PreToolCall",
+        ],
+    ));
+    assert!(err.contains("PreToolCall"), "{err}");
+    let err = failed(&dstream(
+        home.path(),
+        &["install", "claude-code", "--events", "WorktreeCreate"],
+    ));
+    assert!(err.contains("worktree"), "{err}");
+    let err = failed(&dstream(
+        home.path(),
+        &["install", "claude-code", "--local"],
+    ));
+    assert!(err.contains("--project"), "{err}");
+    assert!(!home.path().join(".claude").exists());
+}
+
+#[test]
+fn malformed_settings_are_refused_and_left_untouched() {
+    let home = temp_dir();
+    let project = temp_dir();
+    let settings = project.path().join(".claude").join("settings.json");
+    fs::create_dir_all(settings.parent().unwrap()).unwrap();
+    let dir = project.path().to_str().unwrap();
+    for bad in [
+        "{ \"model\": \"opus\", ",
+        "[]",
+        "{\"hooks\": []}",
+        "{\"hooks\": {\"PreToolUse\": {\"matcher\": \"*\"}}}",
+        "\u{feff}{}",
+    ] {
+        fs::write(&settings, bad).unwrap();
+        for verb in ["install", "uninstall"] {
+            let err = failed(&dstream(
+                home.path(),
+                &[verb, "claude-code", "--project", dir],
+            ));
+            assert!(err.contains("settings"), "{verb} {bad:?}: {err}");
+            assert_eq!(
+                fs::read_to_string(&settings).unwrap(),
+                bad,
+                "{verb} touched it"
+            );
+        }
+    }
+    let leftovers: Vec<_> = fs::read_dir(settings.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(leftovers, ["settings.json"], "temporary files left behind");
+}
+
+#[test]
+fn a_moved_binary_is_repointed_and_the_installed_command_runs_under_sh() {
+    let home = temp_dir();
+    let project = temp_dir();
+    let dir = project.path().to_str().unwrap();
+    // A copy of dstream in a folder whose name needs quoting.
+    let odd = temp_dir();
+    let bin_dir = odd.path().join("my tools 'v2'");
+    fs::create_dir_all(&bin_dir).unwrap();
+    let copy = bin_dir.join("dstream");
+    fs::copy(daemon_bin(), &copy).unwrap();
+
+    let settings = project.path().join(".claude").join("settings.json");
+    fs::create_dir_all(settings.parent().unwrap()).unwrap();
+    fs::write(
+        &settings,
+        r#"{"hooks": {"PreToolUse": [{"hooks": [{"type": "command",
+            "command": "DSTREAM_HOOK_DEBUG=0 /old/place/dstream hook claude-code --fail-closed",
+            "timeout": 30}]}]}}"#,
+    )
+    .unwrap();
+    let said = ok(&dstream_in(
+        &copy,
+        home.path(),
+        &[
+            "install",
+            "claude-code",
+            "--project",
+            dir,
+            "--events",
+            "PreToolUse",
+        ],
+        &[],
+    ));
+    assert!(
+        said.contains("pointed at this dstream for 1 event"),
+        "{said}"
+    );
+    let installed = read_json(&settings);
+    let cmds = commands(&installed, "PreToolUse");
+    let quoted = expected_command(&copy);
+    let quoted_exe = quoted.strip_suffix(" hook claude-code").unwrap();
+    assert_eq!(
+        cmds,
+        [format!(
+            "DSTREAM_HOOK_DEBUG=0 {quoted_exe} hook claude-code --fail-closed"
+        )]
+    );
+    assert_eq!(
+        installed["hooks"]["PreToolUse"][0]["hooks"][0]["timeout"],
+        30
+    );
+
+    // The command, run the way Claude Code runs it (through a shell), reaches the copy: with
+    // no daemon and --fail-closed kept, it denies.
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(&cmds[0])
+        .env("DSTREAM_SOCKET", odd.path().join("none.sock"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(br#"{"hook_event_name":"PreToolUse","session_id":"s","tool_name":"Bash","tool_input":{}}"#)
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["hookSpecificOutput"]["permissionDecision"], "deny");
+
+    // Uninstall recognises the entry whichever dstream wrote it.
+    ok(&dstream(
+        home.path(),
+        &["uninstall", "claude-code", "--project", dir],
+    ));
+    assert!(
+        !settings.exists(),
+        "nothing but dstream's hooks was in the file"
+    );
+}
+
+#[test]
+fn a_symlinked_settings_file_stays_a_link() {
+    let home = temp_dir();
+    let dotfiles = home.path().join("dotfiles");
+    fs::create_dir_all(&dotfiles).unwrap();
+    fs::create_dir_all(home.path().join(".claude")).unwrap();
+    let real = dotfiles.join("claude-settings.json");
+    fs::write(&real, "{\"model\": \"opus\"}\n").unwrap();
+    let link = home.path().join(".claude").join("settings.json");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    ok(&dstream(home.path(), &["install", "claude-code"]));
+    assert!(
+        fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(commands(&read_json(&real), "Stop").len(), 1);
+    ok(&dstream(home.path(), &["uninstall", "claude-code"]));
+    assert!(
+        fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(read_json(&real), json!({"model": "opus"}));
+}
+
+fn plugin_source() -> Vec<u8> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    fs::read(root.join("../scripts/opencode/dstream.js")).unwrap()
+}
+
+#[test]
+fn opencode_project_and_user_install() {
+    let home = temp_dir();
+    let project = temp_dir();
+    let dir = project.path().to_str().unwrap();
+    let file = project.path().join(".opencode/plugins/dstream.js");
+
+    let said = ok(&dstream(
+        home.path(),
+        &["install", "opencode", "--project", dir],
+    ));
+    assert!(said.contains("installed"), "{said}");
+    assert_eq!(fs::read(&file).unwrap(), plugin_source());
+    let said = ok(&dstream(
+        home.path(),
+        &["install", "opencode", "--project", dir],
+    ));
+    assert!(said.contains("nothing changed"), "{said}");
+    let said = ok(&dstream(
+        home.path(),
+        &["uninstall", "opencode", "--project", dir],
+    ));
+    assert!(said.contains("removed"), "{said}");
+    assert!(!file.exists());
+    let said = ok(&dstream(
+        home.path(),
+        &["uninstall", "opencode", "--project", dir],
+    ));
+    assert!(said.contains("nothing to remove"), "{said}");
+
+    // User: $XDG_CONFIG_HOME/opencode/plugins, else ~/.config/opencode/plugins.
+    let xdg = temp_dir();
+    ok(&dstream_in(
+        &daemon_bin(),
+        home.path(),
+        &["install", "opencode"],
+        &[("XDG_CONFIG_HOME", xdg.path().to_str().unwrap())],
+    ));
+    assert_eq!(
+        fs::read(xdg.path().join("opencode/plugins/dstream.js")).unwrap(),
+        plugin_source()
+    );
+    ok(&dstream(home.path(), &["install", "opencode", "--user"]));
+    let in_home = home.path().join(".config/opencode/plugins/dstream.js");
+    assert_eq!(fs::read(&in_home).unwrap(), plugin_source());
+    ok(&dstream(home.path(), &["uninstall", "opencode"]));
+    assert!(!in_home.exists());
+    assert!(xdg.path().join("opencode/plugins/dstream.js").exists());
+
+    let err = failed(&dstream(
+        home.path(),
+        &["install", "opencode", "--project", dir, "--local"],
+    ));
+    assert!(err.contains("Claude Code only"), "{err}");
+}
+
+#[test]
+fn opencode_files_that_are_not_ours_are_never_replaced_or_removed() {
+    let home = temp_dir();
+    let project = temp_dir();
+    let dir = project.path().to_str().unwrap();
+    let plugins = project.path().join(".opencode/plugins");
+    fs::create_dir_all(&plugins).unwrap();
+    let file = plugins.join("dstream.js");
+    let foreign = "export const Mine = async () => ({})\n";
+    fs::write(&file, foreign).unwrap();
+    for verb in ["install", "uninstall"] {
+        let err = failed(&dstream(home.path(), &[verb, "opencode", "--project", dir]));
+        assert!(err.contains("not dstream's"), "{verb}: {err}");
+        assert_eq!(fs::read_to_string(&file).unwrap(), foreign);
+    }
+    // An older (or edited) dstream plugin carries the marker: it is replaced, or removed.
+    let older = "// dstream plugin (@dstream-opencode-plugin)\nexport const DstreamPlugin = async () => ({})\n";
+    fs::write(&file, older).unwrap();
+    let said = ok(&dstream(
+        home.path(),
+        &["install", "opencode", "--project", dir],
+    ));
+    assert!(said.contains("replaced"), "{said}");
+    assert_eq!(fs::read(&file).unwrap(), plugin_source());
+    fs::write(&file, older).unwrap();
+    ok(&dstream(
+        home.path(),
+        &["uninstall", "opencode", "--project", dir],
+    ));
+    assert!(!file.exists());
+    // Other plugins in the folder are not touched.
+    fs::write(plugins.join("other.js"), foreign).unwrap();
+    ok(&dstream(
+        home.path(),
+        &["install", "opencode", "--project", dir],
+    ));
+    ok(&dstream(
+        home.path(),
+        &["uninstall", "opencode", "--project", dir],
+    ));
+    assert_eq!(
+        fs::read_to_string(plugins.join("other.js")).unwrap(),
+        foreign
+    );
+}
