@@ -956,6 +956,35 @@ fn opencode_plugin_fails_open_and_queues_while_the_daemon_is_away() {
 }
 
 #[test]
+fn opencode_plugin_drops_the_oldest_events_past_its_queue_budget_and_says_so() {
+    let dir = temp_dir();
+    let sock = dir.path().join("later.sock");
+    let mut oc = OpenCode::start(&sock, &[]);
+    // Six events of about 1 MiB while there is no daemon: the queue holds 4 MiB.
+    let filler = "x".repeat(1_000_000);
+    for n in 1..=6 {
+        oc.event(json!({"type": "message.part.updated",
+            "properties": {"sessionID": "ses_big", "n": n, "text": filler}}));
+    }
+    let fake = FakeDaemon::start(&sock, |_| json!({"result": {"events": []}}));
+    oc.event(bus_event("message.updated", "ses_big", 7));
+    let frames = fake.wait_frames(6, Duration::from_secs(15));
+    let notice = &frames[0]["params"];
+    assert_eq!(
+        notice["event"]["type"], "dstream.plugin.dropped",
+        "{notice}"
+    );
+    assert_eq!(notice["event"]["properties"]["count"], 2);
+    assert_eq!(notice["session_id"], "ses_big");
+    let ns: Vec<_> = frames[1..]
+        .iter()
+        .map(|f| f["params"]["event"]["properties"]["n"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ns, [3, 4, 5, 6, 7]);
+    fake.stop();
+}
+
+#[test]
 fn opencode_plugin_events_land_and_survive_a_daemon_restart() {
     let mut d = Daemon::start();
     let mut oc = OpenCode::start(&d.socket(), &[]);
