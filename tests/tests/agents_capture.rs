@@ -41,7 +41,9 @@ fn scrub(text: &str, env: &AgentEnv, mock: Option<&MockModel>) -> String {
         // OpenCode's session `path` is the project path without its leading slash.
         .replace(&rel(&env.project), "tmp/project");
     if let Some(m) = mock {
-        s = s.replace(&m.base_url(), "http://127.0.0.1:PORT");
+        s = s
+            .replace(&m.base_url(), "http://127.0.0.1:PORT")
+            .replace(&m.addr().to_string(), "127.0.0.1:PORT");
     }
     s
 }
@@ -428,6 +430,36 @@ fn capture_claude() {
             },
         );
     }
+    if only("setup") {
+        claude_scenario(
+            "setup",
+            Script::new(),
+            &[
+                ("Say hello", &["--init"]),
+                ("Say hello", &["--maintenance"]),
+            ],
+            |_| {},
+        );
+    }
+    if only("denied") {
+        // Auto mode's safety check runs on Anthropic's side; through a mock it cannot run,
+        // so the action is refused and PermissionDenied fires (and claude exits 1).
+        {
+            let mode = "auto";
+            claude_scenario(
+                "permission-denied",
+                Script::tool_then_text(
+                    Reply::tool(
+                        "Write",
+                        json!({"file_path": "/tmp/dstream-never-written.txt", "content": "x"}),
+                    ),
+                    "Writing was not allowed.",
+                ),
+                &[("Write a file", &["--permission-mode", mode])],
+                |_| {},
+            );
+        }
+    }
 }
 
 /// One OpenCode capture: a fresh env with the capture plugin in `.opencode/plugins/`, then one
@@ -497,10 +529,7 @@ fn capture_opencode() {
                 "",
                 vec![
                     Reply::opencode_bash("ls /nonexistent-dstream-dir"),
-                    Reply::tool(
-                        "read",
-                        json!({"filePath": "/nonexistent-dstream-dir/file.txt"}),
-                    ),
+                    Reply::tool("read", json!({"filePath": "missing-dstream-file.txt"})),
                     Reply::text("The directory does not exist."),
                 ],
             ),
