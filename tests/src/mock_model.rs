@@ -658,3 +658,78 @@ fn openai_answer(st: &State, body: &Value) -> Vec<u8> {
     sse.push_str("data: [DONE]\n\n");
     http_response(200, "text/event-stream", sse.as_bytes())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// POST `body` to `path` on `mock` over a raw socket and return the response's body.
+    fn post(mock: &MockModel, path: &str, body: &Value) -> (u16, String) {
+        let mut s = TcpStream::connect(mock.addr()).unwrap();
+        let body = body.to_string();
+        write!(
+            s,
+            "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut reader = BufReader::new(s);
+        let mut status = String::new();
+        reader.read_line(&mut status).unwrap();
+        let code = status.split_whitespace().nth(1).unwrap().parse().unwrap();
+        let mut len = 0;
+        loop {
+            let mut h = String::new();
+            reader.read_line(&mut h).unwrap();
+            if h.trim().is_empty() {
+                break;
+            }
+            if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                len = v.trim().parse().unwrap();
+            }
+        }
+        let mut buf = vec![0; len];
+        reader.read_exact(&mut buf).unwrap();
+        (code, String::from_utf8(buf).unwrap())
+    }
+
+    #[test]
+    fn anthropic_script_answers_tool_call_then_text_and_records_requests() {
+        let mock = MockModel::anthropic(Script::tool_then_text(Reply::bash("echo hi"), "bye"));
+        let first = json!({"model": "m", "stream": true, "tools": [{"name": "Bash"}],
+                           "messages": [{"role": "user", "content": "go"}]});
+        let (code, sse) = post(&mock, "/v1/messages?beta=true", &first);
+        assert_eq!(code, 200);
+        assert!(sse.contains("event: message_start"), "{sse}");
+        assert!(sse.contains(r#""type":"tool_use""#), "{sse}");
+        assert!(sse.contains(r#""stop_reason":"tool_use""#), "{sse}");
+        let second = json!({"model": "m", "tools": [{"name": "Bash"}], "messages": [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "Bash", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "hi"}]}]});
+        let (code, msg) = post(&mock, "/v1/messages", &second);
+        assert_eq!(code, 200);
+        let msg: Value = serde_json::from_str(&msg).unwrap();
+        assert_eq!(msg["content"][0]["text"], "bye");
+        assert_eq!(msg["stop_reason"], "end_turn");
+        // A request without tools is a side query: plain text, never the script.
+        let side = json!({"model": "m", "messages": [{"role": "user", "content": "go"}]});
+        let (_, msg) = post(&mock, "/v1/messages", &side);
+        assert!(msg.contains("dstream test session"), "{msg}");
+        assert_eq!(mock.model_calls().len(), 3);
+        assert!(mock.saw_tool_result());
+    }
+
+    #[test]
+    fn openai_stream_carries_tool_calls_and_done() {
+        let mock = MockModel::openai(Script::tool_then_text(Reply::opencode_bash("ls"), "ok"));
+        let req = json!({"model": "m", "stream": true, "tools": [{"type": "function"}],
+                         "messages": [{"role": "user", "content": "go"}]});
+        let (code, sse) = post(&mock, "/v1/chat/completions", &req);
+        assert_eq!(code, 200);
+        assert!(sse.contains(r#""tool_calls":[{"#), "{sse}");
+        assert!(sse.contains(r#""finish_reason":"tool_calls""#), "{sse}");
+        assert!(sse.trim_end().ends_with("data: [DONE]"), "{sse}");
+        assert!(!mock.saw_tool_result());
+    }
+}
