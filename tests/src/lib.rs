@@ -16,6 +16,9 @@ use serde_json::{Value, json};
 
 pub use serde_json;
 
+pub mod agents;
+pub mod mock_model;
+
 /// How long a daemon gets to become ready (socket accepts and `hello` answers).
 pub const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a daemon gets to exit after a signal, or to refuse to start.

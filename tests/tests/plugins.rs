@@ -528,3 +528,34 @@ fn plugins_check_reports_what_a_file_declares_or_why_it_fails() {
         assert!(err.contains(needle), "{body}: {err}");
     }
 }
+
+#[test]
+fn on_event_sees_every_committed_event_with_its_lsn() {
+    let d = Daemon::start();
+    write_plugin(
+        &d,
+        "sink.lua",
+        r#"
+        local M = { name = "sink", api = 1 }
+        function M.on_event(e) host.log("warn", "sink saw " .. e.session_id .. " lsn " .. e.lsn .. " " .. e.type) end
+        return M
+        "#,
+    );
+    let mut c = d.client();
+    c.ok("plugins.reload", json!({}));
+    c.append("observed", "user.input", json!({"n": 1}));
+    ingest(&mut c, "mystery", json!({"session_id": "observed"}));
+    let text = eventually("on_event to run", || {
+        let text = d.stderr();
+        text.contains("sink saw observed lsn 2 unmapped")
+            .then_some(text)
+    });
+    assert!(
+        text.contains("sink saw observed lsn 1 user.input"),
+        "{text}"
+    );
+    eventually("both calls to be counted", || {
+        let list = c.ok("plugins.list", json!({}));
+        (plugin(&list, "sink")["calls"] == 2).then_some(())
+    });
+}

@@ -2,4 +2,10 @@
 //! the same name in the plugin folder replaces one of these.
 
 /// `(file name, source)` of every built-in plugin.
-pub const FILES: &[(&str, &str)] = &[("redact.lua", include_str!("../../../plugins/redact.lua"))];
+pub const FILES: &[(&str, &str)] = &[
+    (
+        "claude-code.lua",
+        include_str!("../../../plugins/claude-code.lua"),
+    ),
+    ("redact.lua", include_str!("../../../plugins/redact.lua")),
+];
