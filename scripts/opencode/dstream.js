@@ -9,13 +9,14 @@
 // provides.
 //
 // What it does:
-// - Every bus event (the `event` hook) goes to the daemon as `ingest` with source "opencode",
-//   without waiting for the answer. While the daemon is away, events wait in a queue of at most
-//   4 MiB; past that the oldest are dropped and counted, and the count is stored as a
-//   `dstream.plugin.dropped` event once the daemon is back. Events the daemon had not answered
-//   when a connection broke are sent again on the next one.
-// - `tool.execute.before` and `tool.execute.after` go as `ingest` with the event
-//   {hook, input, output}, and the plugin waits for the answer (at most
+// - Every hook call goes to the daemon as `ingest` with source "opencode" and the event
+//   {hook: "event", event} for a bus event, or {hook: "tool.execute.before"|"…after", input,
+//   output} for a tool call: one shape for all, the one the opencode mapping plugin reads.
+// - Bus events are sent without waiting for the answer. While the daemon is away they wait in
+//   a queue of at most 4 MiB; past that the oldest are dropped and counted, and the count is
+//   stored as {hook: "dstream.dropped", count, sessionID} once the daemon is back. Events the
+//   daemon had not answered when a connection broke are sent again on the next one.
+// - For `tool.execute.before` and `tool.execute.after` the plugin waits for the answer (at most
 //   DSTREAM_HOOK_TIMEOUT_MS, default 30000 ms). A "deny" decision throws, which makes OpenCode
 //   refuse the tool call with the reason; an allow with `updated_input` replaces the tool's
 //   arguments. No answer (daemon down, an error, the deadline) lets the call run, unless
@@ -161,7 +162,7 @@ class Link {
       this.dropped = 0;
       const notice = this.message({
         source: "opencode",
-        event: { type: "dstream.plugin.dropped", properties: { count, sessionID: this.lastSession } },
+        event: { hook: "dstream.dropped", count, sessionID: this.lastSession },
         ...(this.lastSession ? { session_id: this.lastSession } : {}),
       });
       this.bytes += notice.size;
@@ -275,7 +276,7 @@ export const DstreamPlugin = async () => {
   return {
     event: async ({ event }) => {
       try {
-        link.notify(ingest(event, sessionOf(event)));
+        link.notify(ingest({ hook: "event", event }, sessionOf(event)));
       } catch {
         // Recording must never disturb OpenCode.
       }

@@ -893,7 +893,7 @@ fn opencode_plugin_gates_tool_calls_by_the_daemons_decision() {
     }
     assert_eq!(
         frames[0]["params"]["event"],
-        bus_event("session.created", "ses_1", 1)
+        json!({"hook": "event", "event": bus_event("session.created", "ses_1", 1)})
     );
     assert_eq!(frames[1]["params"]["event"]["hook"], "tool.execute.before");
     assert_eq!(
@@ -925,7 +925,7 @@ fn opencode_plugin_fails_open_and_queues_while_the_daemon_is_away() {
     let frames = fake.wait_frames(5, Duration::from_secs(15));
     let ns: Vec<_> = frames
         .iter()
-        .map(|f| f["params"]["event"]["properties"]["n"].clone())
+        .map(|f| f["params"]["event"]["event"]["properties"]["n"].clone())
         .collect();
     assert_eq!(
         ns,
@@ -970,15 +970,17 @@ fn opencode_plugin_drops_the_oldest_events_past_its_queue_budget_and_says_so() {
     oc.event(bus_event("message.updated", "ses_big", 7));
     let frames = fake.wait_frames(6, Duration::from_secs(15));
     let notice = &frames[0]["params"];
-    assert_eq!(
-        notice["event"]["type"], "dstream.plugin.dropped",
-        "{notice}"
-    );
-    assert_eq!(notice["event"]["properties"]["count"], 2);
+    assert_eq!(notice["event"]["hook"], "dstream.dropped", "{notice}");
+    assert_eq!(notice["event"]["count"], 2);
+    assert_eq!(notice["event"]["sessionID"], "ses_big");
     assert_eq!(notice["session_id"], "ses_big");
     let ns: Vec<_> = frames[1..]
         .iter()
-        .map(|f| f["params"]["event"]["properties"]["n"].as_u64().unwrap())
+        .map(|f| {
+            f["params"]["event"]["event"]["properties"]["n"]
+                .as_u64()
+                .unwrap()
+        })
         .collect();
     assert_eq!(ns, [3, 4, 5, 6, 7]);
     fake.stop();
@@ -1007,7 +1009,7 @@ fn opencode_plugin_events_land_and_survive_a_daemon_restart() {
     loop {
         stored = events_of(&d, session);
         let raws: Vec<&Value> = stored.iter().map(|e| &e["raw"]).collect();
-        let has = |n: u64| raws.iter().any(|r| r["properties"]["n"] == n);
+        let has = |n: u64| raws.iter().any(|r| r["event"]["properties"]["n"] == n);
         let calls = raws
             .iter()
             .filter(|r| r["hook"] == "tool.execute.before")
@@ -1047,4 +1049,215 @@ fn opencode_plugin_obeys_a_real_daemon_decision() {
     let stored = events_of(&d, session);
     assert_eq!(stored.len(), 2, "{stored:#?}");
     assert_eq!(stored[0]["payload"]["tool_use_id"], "c1");
+}
+
+// ---- the real agents, installed with `dstream install` ----
+//
+// The pinned agent CLIs (tests/agents/, installed into a cache by the harness) run offline
+// against the mock model, with dstream installed into their project the way a person would.
+
+use dstream_tests::agents::{self, AgentEnv};
+use dstream_tests::mock_model::{MockModel, Reply, Script};
+
+const FINAL: &str = "The command ran.";
+/// What the test policy answers when it refuses a command.
+const REFUSAL: &str = "blocked by the dstream test policy";
+
+/// `dstream install <agent> --project <the agent's project>`, with the agent's HOME.
+fn install_into(env: &AgentEnv, agent: &str) {
+    let out = Command::new(daemon_bin())
+        .args(["install", agent, "--project"])
+        .arg(&env.project)
+        .env("HOME", &env.home)
+        .env("XDG_CONFIG_HOME", &env.xdg_config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "dstream install {agent}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A decide-only plugin: denies any command that mentions "forbidden".
+fn write_refusing_policy(d: &Daemon) {
+    let dir = d.plugin_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("test-policy.lua"),
+        format!(
+            r#"
+            local M = {{ name = "test-policy", api = 1 }}
+            function M.decide(request)
+              local input = request.payload and request.payload.input or {{}}
+              if tostring(input.command or ""):find("forbidden") then
+                return {{ action = "deny", reason = "{REFUSAL}" }}
+              end
+              return nil
+            end
+            return M
+            "#
+        ),
+    )
+    .unwrap();
+    let reloaded = d.client().ok("plugins.reload", json!({}));
+    assert!(
+        reloaded["errors"].as_array().is_none_or(|e| e.is_empty()),
+        "{reloaded}"
+    );
+}
+
+/// Every event the daemon stored, across its sessions.
+fn all_events(d: &Daemon) -> Vec<Value> {
+    let mut c = d.client();
+    let list = c.ok("sessions.list", json!({}));
+    let mut out = Vec::new();
+    for s in list["sessions"].as_array().unwrap() {
+        out.extend(c.read_all(s["session_id"].as_str().unwrap()));
+    }
+    out
+}
+
+/// Everything the model was sent back as tool results, as text.
+fn tool_results(mock: &MockModel) -> String {
+    mock.model_calls()
+        .iter()
+        .filter(|r| r.has_tool_result())
+        .map(|r| r.body_str())
+        .collect()
+}
+
+#[test]
+fn claude_code_reports_every_turn_and_obeys_a_deny() {
+    let paths = agents::ensure_installed();
+    let d = Daemon::start();
+    write_refusing_policy(&d);
+    let env = AgentEnv::new();
+    install_into(&env, "claude-code");
+
+    // An allowed tool call: every hook of the turn reaches the log.
+    let mock = MockModel::anthropic(Script::tool_then_text(
+        Reply::bash("echo hello-from-dstream"),
+        FINAL,
+    ));
+    let mut cmd = agents::claude_command(&paths, &env, &mock, "Run echo hello-from-dstream", &[]);
+    cmd.env("DSTREAM_SOCKET", d.socket());
+    let out = agents::run(&env, cmd, agents::RUN_TIMEOUT);
+    out.assert_success("claude -p");
+    assert!(
+        !out.stderr.contains("Invalid key") && !out.stderr.contains("Settings Error"),
+        "Claude Code refused the installed settings: {}",
+        out.stderr
+    );
+    assert!(tool_results(&mock).contains("hello-from-dstream"));
+    let stored = all_events(&d);
+    let hooks: Vec<&str> = stored
+        .iter()
+        .filter_map(|e| e["raw"]["hook_event_name"].as_str())
+        .collect();
+    for hook in [
+        "SessionStart",
+        "UserPromptSubmit",
+        "PreToolUse",
+        "PostToolUse",
+        "Stop",
+    ] {
+        assert!(
+            hooks.contains(&hook),
+            "no {hook} stored; stored hooks: {hooks:?}"
+        );
+    }
+    assert!(
+        stored
+            .iter()
+            .all(|e| e["type"] != "unmapped" && e["type"] != "plugin.error"),
+        "{stored:#?}"
+    );
+
+    // A refused tool call: Claude Code does not run it, and the model is told why.
+    let mock = MockModel::anthropic(Script::tool_then_text(
+        Reply::bash("echo $((6*7))-forbidden"),
+        FINAL,
+    ));
+    let mut cmd = agents::claude_command(&paths, &env, &mock, "Run the forbidden echo", &[]);
+    cmd.env("DSTREAM_SOCKET", d.socket());
+    let out = agents::run(&env, cmd, agents::RUN_TIMEOUT);
+    out.assert_success("claude -p");
+    let results = tool_results(&mock);
+    assert!(
+        results.contains(REFUSAL),
+        "the model was not told: {results}"
+    );
+    assert!(
+        !results.contains("42-forbidden"),
+        "the command ran: {results}"
+    );
+}
+
+#[test]
+fn opencode_reports_through_the_installed_plugin_and_obeys_a_deny() {
+    let paths = agents::ensure_installed();
+    let d = Daemon::start();
+    write_refusing_policy(&d);
+    // A stand-in mapping for OpenCode tool calls, so that `decide` is asked about them.
+    write_test_policy(
+        &d,
+        "opencode",
+        r#"if raw.hook == "tool.execute.before" then
+            emit({ type = "execution.tool_use", session_id = raw.input.sessionID,
+                   payload = { phase = "requested", tool = raw.input.tool,
+                               input = raw.output.args, tool_use_id = raw.input.callID } })
+          else
+            emit({ type = "opencode.raw" })
+          end"#,
+    );
+    let env = AgentEnv::new();
+    install_into(&env, "opencode");
+    assert!(env.project.join(".opencode/plugins/dstream.js").is_file());
+
+    let mock = MockModel::openai(Script::tool_then_text(
+        Reply::opencode_bash("echo hello-from-dstream"),
+        FINAL,
+    ));
+    let mut cmd = agents::opencode_command(&paths, &env, &mock, "Run echo hello-from-dstream", &[]);
+    cmd.env("DSTREAM_SOCKET", d.socket());
+    let out = agents::run(&env, cmd, agents::RUN_TIMEOUT);
+    out.assert_success("opencode run");
+    assert!(tool_results(&mock).contains("hello-from-dstream"));
+    let stored = all_events(&d);
+    let raws: Vec<&Value> = stored.iter().map(|e| &e["raw"]).collect();
+    let before = raws
+        .iter()
+        .find(|r| r["hook"] == "tool.execute.before")
+        .unwrap_or_else(|| panic!("no tool.execute.before stored: {stored:#?}"));
+    assert_eq!(
+        before["output"]["args"]["command"],
+        "echo hello-from-dstream"
+    );
+    assert!(raws.iter().any(|r| r["hook"] == "tool.execute.after"));
+    let bus: Vec<&str> = raws
+        .iter()
+        .filter(|r| r["hook"] == "event")
+        .filter_map(|r| r["event"]["type"].as_str())
+        .collect();
+    assert!(bus.contains(&"session.created"), "bus events: {bus:?}");
+    assert!(bus.contains(&"message.updated"), "bus events: {bus:?}");
+
+    let mock = MockModel::openai(Script::tool_then_text(
+        Reply::opencode_bash("echo $((6*7))-forbidden"),
+        FINAL,
+    ));
+    let mut cmd = agents::opencode_command(&paths, &env, &mock, "Run the forbidden echo", &[]);
+    cmd.env("DSTREAM_SOCKET", d.socket());
+    let out = agents::run(&env, cmd, agents::RUN_TIMEOUT);
+    out.assert_success("opencode run");
+    let results = tool_results(&mock);
+    assert!(
+        results.contains(REFUSAL),
+        "the model was not told: {results}"
+    );
+    assert!(
+        !results.contains("42-forbidden"),
+        "the command ran: {results}"
+    );
 }

@@ -10,34 +10,41 @@ use std::process::{Command, Output, Stdio};
 use dstream_tests::serde_json::{self, Value, json};
 use dstream_tests::{daemon_bin, wait_child};
 
-/// Every event `dstream install claude-code` hooks by default.
+/// Every event `dstream install claude-code` hooks by default: all that Claude Code 2.1.330
+/// accepts (see tests/tests/agents_capture.rs) but WorktreeCreate.
 const EVENTS: &[&str] = &[
-    "SessionStart",
-    "Setup",
-    "InstructionsLoaded",
-    "UserPromptSubmit",
     "PreToolUse",
-    "PermissionRequest",
-    "PermissionDenied",
     "PostToolUse",
     "PostToolUseFailure",
+    "PostToolBatch",
     "Notification",
-    "SubagentStart",
-    "SubagentStop",
-    "TaskCreated",
-    "TaskCompleted",
-    "TeammateIdle",
+    "UserPromptSubmit",
+    "UserPromptExpansion",
+    "SessionStart",
+    "SessionEnd",
     "Stop",
     "StopFailure",
+    "SubagentStart",
+    "SubagentStop",
     "PreCompact",
     "PostCompact",
-    "ConfigChange",
-    "CwdChanged",
-    "FileChanged",
-    "WorktreeRemove",
+    "PreModelSwitch",
+    "PostModelSwitch",
+    "PermissionRequest",
+    "PermissionDenied",
+    "Setup",
+    "TeammateIdle",
+    "TaskCreated",
+    "TaskCompleted",
     "Elicitation",
     "ElicitationResult",
-    "SessionEnd",
+    "ConfigChange",
+    "WorktreeRemove",
+    "InstructionsLoaded",
+    "CwdChanged",
+    "FileChanged",
+    "DirectoryAdded",
+    "MessageDisplay",
 ];
 
 /// A settings file someone already uses: other settings, and hooks of their own.

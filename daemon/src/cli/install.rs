@@ -33,35 +33,43 @@ const OPENCODE_FILE: &str = "dstream.js";
 /// approval timeouts stay below this one so that a decision is never cut off.
 const CLAUDE_HOOK_TIMEOUT_SECS: u64 = 600;
 
-/// The Claude Code hook events dstream records: all of them, except `WorktreeCreate`, whose
-/// hook replaces Claude Code's own `git worktree add` and must print the new worktree's path.
+/// The Claude Code hook events dstream records: every event Claude Code 2.1.330 validates its
+/// settings against (the release tests/fixtures were captured from), in its order, except
+/// `WorktreeCreate`, whose hook replaces Claude Code's own `git worktree add` and must print
+/// the new worktree's path.
 const CLAUDE_EVENTS: &[&str] = &[
-    "SessionStart",
-    "Setup",
-    "InstructionsLoaded",
-    "UserPromptSubmit",
     "PreToolUse",
-    "PermissionRequest",
-    "PermissionDenied",
     "PostToolUse",
     "PostToolUseFailure",
+    "PostToolBatch",
     "Notification",
-    "SubagentStart",
-    "SubagentStop",
-    "TaskCreated",
-    "TaskCompleted",
-    "TeammateIdle",
+    "UserPromptSubmit",
+    "UserPromptExpansion",
+    "SessionStart",
+    "SessionEnd",
     "Stop",
     "StopFailure",
+    "SubagentStart",
+    "SubagentStop",
     "PreCompact",
     "PostCompact",
-    "ConfigChange",
-    "CwdChanged",
-    "FileChanged",
-    "WorktreeRemove",
+    "PreModelSwitch",
+    "PostModelSwitch",
+    "PermissionRequest",
+    "PermissionDenied",
+    "Setup",
+    "TeammateIdle",
+    "TaskCreated",
+    "TaskCompleted",
     "Elicitation",
     "ElicitationResult",
-    "SessionEnd",
+    "ConfigChange",
+    "WorktreeRemove",
+    "InstructionsLoaded",
+    "CwdChanged",
+    "FileChanged",
+    "DirectoryAdded",
+    "MessageDisplay",
 ];
 
 /// The events every Claude Code release with hooks knows (`--events core`). Some releases
