@@ -361,6 +361,18 @@ fn install_host_table(lua: &Lua, chunk_name: &str, config: &Json) -> mlua::Resul
     )?;
     host.set("config", lua.to_value(config)?)?;
     host.set("null", lua.null())?;
+    // Marks a table as a JSON array, so that an empty one is stored as [] rather than {}.
+    host.set(
+        "array",
+        lua.create_function(|lua, t: Option<Table>| {
+            let t = match t {
+                Some(t) => t,
+                None => lua.create_table()?,
+            };
+            let _ = t.set_metatable(Some(lua.array_metatable()));
+            Ok(t)
+        })?,
+    )?;
     host.set(
         "json_encode",
         lua.create_function(move |lua, v: Value| {
