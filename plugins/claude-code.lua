@@ -105,8 +105,12 @@ function M.map(raw, emit, ctx)
       out("agent.aborted", { reason = "interrupted", tool_use_id = raw.tool_use_id })
     end
   elseif hook == "PostToolBatch" then
-    local ids = {}
-    for i, call in ipairs(raw.tool_calls or {}) do ids[i] = call.tool_use_id end
+    local ids = host.array()
+    if type(raw.tool_calls) == "table" then
+      for _, call in ipairs(raw.tool_calls) do
+        if type(call) == "table" then ids[#ids + 1] = call.tool_use_id end
+      end
+    end
     out("execution.step_finish", { tool_use_ids = ids, tool_calls = #ids })
   elseif hook == "MessageDisplay" then
     out("message.chunk", {

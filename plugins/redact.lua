@@ -24,11 +24,11 @@ local extra = {}
 local rules = {
   -- PEM private keys, whole block.
   { anchor = "PRIVATE KEY-----",
-    pattern = "%-%-%-%-%-BEGIN [%u ]*PRIVATE KEY%-%-%-%-%-.-%-%-%-%-%-END [%u ]*PRIVATE KEY%-%-%-%-%-" },
+    pattern = "%-%-%-%-%-BEGIN [%u ]*PRIVATE KEY%-%-%-%-%-[^\"]-%-%-%-%-%-END [%u ]*PRIVATE KEY%-%-%-%-%-" },
   -- Anthropic, OpenAI and similar "sk-" keys.
   { anchor = "sk-", pattern = "%f[%w_]sk%-[%w_%-]+", min = 20 },
   -- GitHub tokens.
-  { anchor = "gh", pattern = "%f[%w_]gh[pousr]_%w+", min = 30 },
+  { anchor = "gh[pousr]_", anchor_pattern = true, pattern = "%f[%w_]gh[pousr]_%w+", min = 30 },
   { anchor = "github_pat_", pattern = "%f[%w_]github_pat_[%w_]+" },
   -- AWS access key ids.
   { anchor = "AKIA", pattern = "%f[%w_]AKIA[%u%d]+", min = 20 },
@@ -38,11 +38,9 @@ local rules = {
   { anchor = "AIza", pattern = "%f[%w_]AIza[%w_%-]+", min = 35 },
   -- Bearer tokens in headers or commands.
   { anchor = "earer", pattern = "([Bb]earer%s+)([%w%-%._~%+/]+=*)", keep = true, min = 16 },
-  -- .env style assignments whose name says secret: NAME=value, NAME: value, export NAME="value".
-  { anchor = "=", pattern = "([%w_]*[Ss][Ee][Cc][Rr][Ee][Tt][%w_]*%s*=%s*)([\"']?[^%s\"']+)", keep = true },
-  { anchor = "=", pattern = "([%w_]*[Tt][Oo][Kk][Ee][Nn]%s*=%s*)([\"']?[^%s\"']+)", keep = true },
-  { anchor = "=", pattern = "([%w_]*[Pp][Aa][Ss][Ss][Ww]?[Oo]?[Rr]?[Dd][%w_]*%s*=%s*)([\"']?[^%s\"']+)", keep = true },
-  { anchor = "=", pattern = "([%w_]*[Aa][Pp][Ii]_?[Kk][Ee][Yy][%w_]*%s*=%s*)([\"']?[^%s\"']+)", keep = true },
+  -- .env style assignments whose name says secret: NAME=value, export NAME="value".
+  { anchor = "=", env = true,
+    pattern = "%f[%w_]([%w_]+)(%s*=%s*\\?[\"']?)([^%s\"'\\]+)" },
 }
 
 function M.init(config)
@@ -57,11 +55,28 @@ function M.init(config)
   end
 end
 
-local function redact_string(s, count)
-  if #s < 8 then return s, count end
+-- NAME of NAME=value: secret when it ends in TOKEN or KEY, or contains SECRET or PASSWORD
+-- (GITHUB_TOKEN, API_KEY, AWS_SECRET_ACCESS_KEY, DB_PASSWORD; not max_tokens).
+local function secret_name(name)
+  local n = string.lower(name)
+  return string.find(n, "secret", 1, true) or string.find(n, "passw", 1, true)
+    or string.sub(n, -5) == "token" or string.sub(n, -3) == "key"
+    or string.find(n, "api_key", 1, true) or string.find(n, "apikey", 1, true)
+end
+
+-- The rules run on the event's JSON text, not value by value: a plain `find` of each
+-- anchor over one string is far cheaper than walking every table, and most events contain no
+-- anchor at all. Patterns never match a quote, so a replacement cannot break the JSON.
+local function redact_text(s)
+  local count = 0
   for _, rule in ipairs(rules) do
-    if string.find(s, rule.anchor, 1, true) then
-      s = string.gsub(s, rule.pattern, function(a, b)
+    if string.find(s, rule.anchor, 1, not rule.anchor_pattern) then
+      s = string.gsub(s, rule.pattern, function(a, b, c)
+        if rule.env then
+          if not secret_name(a) then return nil end
+          count = count + 1
+          return a .. b .. replacement
+        end
         local secret = rule.keep and b or a
         if rule.min and #secret < rule.min then return nil end
         count = count + 1
@@ -75,44 +90,44 @@ local function redact_string(s, count)
     s, n = string.gsub(s, rule.pattern, replacement)
     count = count + n
   end
+  -- String values of keys that name a secret: "api_key":"…". A value ending in an escaped
+  -- backslash is left alone (rare, and never a token).
+  local lower = string.lower(s)
+  for _, name in ipairs(secret_keys) do
+    if string.find(lower, name, 1, true) then
+      s = string.gsub(s, '"([%w_%-]+)":"(.-[^\\])"', function(key, value)
+        local k = string.lower(key)
+        for _, n in ipairs(secret_keys) do
+          if string.find(k, n, 1, true) then
+            if value == replacement then return nil end
+            count = count + 1
+            return '"' .. key .. '":"' .. replacement .. '"'
+          end
+        end
+        return nil
+      end)
+      break
+    end
+  end
   return s, count
 end
 
-local function is_secret_key(k)
-  if type(k) ~= "string" then return false end
-  local lower = string.lower(k)
-  for _, name in ipairs(secret_keys) do
-    if string.find(lower, name, 1, true) then return true end
-  end
-  return false
-end
-
-local function walk(v, count)
-  if type(v) == "string" then
-    return redact_string(v, count)
-  elseif type(v) == "table" then
-    for k, x in pairs(v) do
-      if type(x) == "string" and is_secret_key(k) and x ~= "" and x ~= replacement then
-        v[k] = replacement
-        count = count + 1
-      else
-        local y
-        y, count = walk(x, count)
-        if y ~= x then v[k] = y end
+function M.process(event, emit)
+  local total = 0
+  for _, field in ipairs({ "payload", "metadata", "raw" }) do
+    local v = event[field]
+    if type(v) == "table" or type(v) == "string" then
+      local text = host.json_encode(v)
+      local redacted, n = redact_text(text)
+      if n > 0 then
+        event[field] = host.json_decode(redacted)
+        total = total + n
       end
     end
   end
-  return v, count
-end
-
-function M.process(event, emit)
-  local count = 0
-  event.payload, count = walk(event.payload, count)
-  event.metadata, count = walk(event.metadata, count)
-  event.raw, count = walk(event.raw, count)
-  if count > 0 then
+  if total > 0 then
     if type(event.metadata) ~= "table" then event.metadata = {} end
-    event.metadata.redactions = count
+    event.metadata.redactions = total
   end
   emit(event)
 end

@@ -22,6 +22,7 @@ use mlua::chunk::ChunkMode;
 use mlua::{Function, HookTriggers, Lua, LuaOptions, LuaSerdeExt, StdLib, Table, Value, VmState};
 use serde_json::Value as Json;
 
+use super::luajson;
 use super::{Call, Hooks, Limits, PluginError, PluginMeta, Reply, Shared};
 
 /// Instructions between two checks of the budget and the deadline.
@@ -127,7 +128,6 @@ struct Host {
     /// Events `emit` collected during the current call.
     emitted: Arc<std::sync::Mutex<Vec<Json>>>,
     emit: Function,
-    from_lua: mlua::serde::DeserializeOptions,
 }
 
 impl Host {
@@ -161,9 +161,6 @@ impl Host {
         sandbox(&lua).map_err(lua_err)?;
         install_host_table(&lua, chunk_name, config).map_err(lua_err)?;
         let emitted = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let from_lua = mlua::serde::DeserializeOptions::new()
-            .deny_unsupported_types(true)
-            .sort_keys(true);
         let emit = {
             let emitted = emitted.clone();
             lua.create_function(move |lua, event: Value| {
@@ -179,7 +176,7 @@ impl Host {
                         event.type_name()
                     )));
                 }
-                out.push(lua.from_value_with(event, from_lua)?);
+                out.push(luajson::from_lua(lua, event)?);
                 Ok(())
             })
             .map_err(lua_err)?
@@ -213,7 +210,6 @@ impl Host {
             meta,
             emitted,
             emit,
-            from_lua,
         };
         if let Ok(Value::Function(init)) = host.module.get::<Value>("init") {
             let cfg = host
@@ -267,7 +263,7 @@ impl Host {
     }
 
     fn call(&self, hook: Hooks, f: &Function, input: super::Input) -> mlua::Result<Vec<Json>> {
-        let to_lua = |v: &Json| self.lua.to_value(v);
+        let to_lua = |v: &Json| luajson::to_lua(&self.lua, v);
         match (hook, input) {
             (
                 Hooks::MAP,
@@ -290,7 +286,7 @@ impl Host {
                 let verdict = match verdict {
                     Value::Nil => Json::Null,
                     Value::String(s) => Json::String(s.to_str()?.to_string()),
-                    Value::Table(t) => self.lua.from_value_with(Value::Table(t), self.from_lua)?,
+                    Value::Table(t) => luajson::from_lua(&self.lua, Value::Table(t))?,
                     other => {
                         return Err(mlua::Error::runtime(format!(
                             "decide must return \"allow\", \"deny\", \"ask\", a table or nil, not a {}",
@@ -365,13 +361,22 @@ fn install_host_table(lua: &Lua, chunk_name: &str, config: &Json) -> mlua::Resul
     )?;
     host.set("config", lua.to_value(config)?)?;
     host.set("null", lua.null())?;
-    let from_lua = mlua::serde::DeserializeOptions::new()
-        .deny_unsupported_types(true)
-        .sort_keys(true);
+    // Marks a table as a JSON array, so that an empty one is stored as [] rather than {}.
+    host.set(
+        "array",
+        lua.create_function(|lua, t: Option<Table>| {
+            let t = match t {
+                Some(t) => t,
+                None => lua.create_table()?,
+            };
+            let _ = t.set_metatable(Some(lua.array_metatable()));
+            Ok(t)
+        })?,
+    )?;
     host.set(
         "json_encode",
         lua.create_function(move |lua, v: Value| {
-            let json: Json = lua.from_value_with(v, from_lua)?;
+            let json = luajson::from_lua(lua, v)?;
             serde_json::to_string(&json).map_err(mlua::Error::external)
         })?,
     )?;

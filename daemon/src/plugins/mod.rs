@@ -9,6 +9,7 @@
 
 pub mod builtin;
 pub mod lua;
+mod luajson;
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
@@ -507,4 +508,74 @@ fn read_plugin_file(path: &Path) -> Result<String, String> {
         ));
     }
     std::fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> PluginSettings {
+        PluginSettings {
+            dir: PathBuf::from("/nonexistent"),
+            disabled: vec![],
+            config: BTreeMap::new(),
+            limits: Limits {
+                call_timeout: Duration::from_millis(500),
+                instructions: 10_000_000,
+                memory_bytes: 64 << 20,
+            },
+            max_consecutive_errors: 5,
+        }
+    }
+
+    /// `cargo test --release -p dstream-daemon -- --ignored --nocapture plugin_cost`
+    #[test]
+    #[ignore]
+    fn plugin_cost() {
+        let set = PluginSet::load(&settings(), None);
+        let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/claude-code");
+        let mut raws = Vec::new();
+        for f in std::fs::read_dir(fixtures).unwrap() {
+            for l in std::fs::read_to_string(f.unwrap().path()).unwrap().lines() {
+                raws.push(Arc::new(serde_json::from_str::<Json>(l).unwrap()));
+            }
+        }
+        let mapper = set.mapper("claude-code").unwrap();
+        let t = std::time::Instant::now();
+        let mut events = Vec::new();
+        for _ in 0..20 {
+            for raw in &raws {
+                let input = Input::Map {
+                    raw: raw.clone(),
+                    source: "claude-code".into(),
+                    session_id: None,
+                };
+                events.extend(mapper.call(Hooks::MAP, input).ok().unwrap());
+            }
+        }
+        let n = 20 * raws.len();
+        let info = mapper.info();
+        println!(
+            "map: {n} calls, wall {:.1} µs/call, in plugin {:.1} µs/call",
+            t.elapsed().as_micros() as f64 / n as f64,
+            info.micros as f64 / info.calls as f64
+        );
+        let redact = set.plugins.iter().find(|p| p.name() == "redact").unwrap();
+        let t = std::time::Instant::now();
+        for e in &events {
+            let mut e = e.clone();
+            e["raw"] = (*raws[0]).clone();
+            redact
+                .call(Hooks::PROCESS, Input::Event(Arc::new(e)))
+                .ok()
+                .unwrap();
+        }
+        let info = redact.info();
+        println!(
+            "redact: {} calls, wall {:.1} µs/call, in plugin {:.1} µs/call",
+            events.len(),
+            t.elapsed().as_micros() as f64 / events.len() as f64,
+            info.micros as f64 / info.calls as f64
+        );
+    }
 }
