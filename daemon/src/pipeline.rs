@@ -235,7 +235,7 @@ async fn observe(
                         let Ok(event) = serde_json::from_slice::<Json>(&bytes) else { continue };
                         let event = Arc::new(event);
                         for sink in &sinks {
-                            sink.notify(event.clone());
+                            sink.notify(event.clone(), bytes.len());
                         }
                     }
                     Err(Lagged) => {

@@ -541,6 +541,12 @@ fn on_event_sees_every_committed_event_with_its_lsn() {
         return M
         "#,
     );
+    write_plugin(
+        &d,
+        "failing-sink.lua",
+        "local M = { name = 'failing-sink', api = 1 }\n\
+         function M.on_event(e) error('sink broke') end\nreturn M\n",
+    );
     let mut c = d.client();
     c.ok("plugins.reload", json!({}));
     c.append("observed", "user.input", json!({"n": 1}));
@@ -556,6 +562,10 @@ fn on_event_sees_every_committed_event_with_its_lsn() {
     );
     eventually("both calls to be counted", || {
         let list = c.ok("plugins.list", json!({}));
-        (plugin(&list, "sink")["calls"] == 2).then_some(())
+        (plugin(&list, "sink")["calls"] == 2 && plugin(&list, "failing-sink")["errors"] == 2)
+            .then_some(())
     });
+    // A failing sink harms nothing: the events are stored, the daemon answers.
+    assert_eq!(c.read_all("observed").len(), 2);
+    assert!(d.stderr().contains("sink broke"));
 }

@@ -235,7 +235,7 @@ impl Host {
                     let _ = reply.send(Reply { result, micros });
                 }
                 None => {
-                    shared.event_done();
+                    shared.event_done(call.bytes);
                     if let Err(e) = &result {
                         tracing::warn!(plugin = %self.meta.name, error = %e, "on_event failed");
                     }

@@ -24,9 +24,11 @@ use serde_json::Value as Json;
 
 /// Largest plugin file read.
 const MAX_PLUGIN_FILE: u64 = 1 << 20;
-/// `on_event` calls one plugin may have queued; past it, committed events skip that plugin
-/// (counted) rather than delaying the pipeline's calls behind them.
+/// `on_event` calls, and their bytes, one plugin may have queued; past either, committed events
+/// skip that plugin (counted and logged) rather than delaying the pipeline's calls behind them
+/// or holding memory for a slow sink.
 const MAX_QUEUED_EVENTS: usize = 64;
+const MAX_QUEUED_BYTES: usize = 8 << 20;
 
 /// Which plugin functions: a small bit set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -122,6 +124,8 @@ pub struct Call {
     pub input: Input,
     /// Where the result goes; `None` for `on_event`, which the plugin's thread records itself.
     pub reply: Option<mpsc::Sender<Reply>>,
+    /// Bytes charged to the plugin's queue for an `on_event` call.
+    pub bytes: usize,
 }
 
 pub struct Reply {
@@ -157,6 +161,7 @@ pub struct Shared {
     errors: AtomicU64,
     micros: AtomicU64,
     queued_events: AtomicUsize,
+    queued_bytes: AtomicUsize,
     skipped_events: AtomicU64,
     health: Mutex<Health>,
 }
@@ -203,8 +208,17 @@ impl Shared {
         Some(reason)
     }
 
-    pub fn event_done(&self) {
+    pub fn event_done(&self, bytes: usize) {
         self.queued_events.fetch_sub(1, Ordering::AcqRel);
+        self.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
+    }
+
+    fn skipped(&self) {
+        let n = self.skipped_events.fetch_add(1, Ordering::Relaxed);
+        if n % 1000 == 0 {
+            let name = self.name.lock().unwrap().clone();
+            tracing::warn!(plugin = %name, skipped = n + 1, "on_event is too far behind; committed events skipped for it");
+        }
     }
 }
 
@@ -256,6 +270,7 @@ impl Plugin {
             hook,
             input,
             reply: Some(reply_tx),
+            bytes: 0,
         });
         let reply = match sent {
             Ok(()) => lua::wait(&reply_rx, &self.limits),
@@ -283,26 +298,31 @@ impl Plugin {
 
     /// Hands a committed event to `on_event` without waiting; false when it had to skip it
     /// (the plugin is that far behind).
-    pub fn notify(&self, event: Arc<Json>) -> bool {
+    /// `bytes`: the event's size, charged to the plugin's queue until it is handled.
+    pub fn notify(&self, event: Arc<Json>, bytes: usize) -> bool {
         if self.disabled().is_some() {
             return true;
         }
-        let queued = &self.shared.queued_events;
-        if queued.fetch_add(1, Ordering::AcqRel) >= MAX_QUEUED_EVENTS {
-            queued.fetch_sub(1, Ordering::AcqRel);
-            self.shared.skipped_events.fetch_add(1, Ordering::Relaxed);
+        let shared = &self.shared;
+        let count = shared.queued_events.fetch_add(1, Ordering::AcqRel);
+        let held = shared.queued_bytes.fetch_add(bytes, Ordering::AcqRel);
+        // One event always fits, however large, so a big one is not skipped for its size alone.
+        if count >= MAX_QUEUED_EVENTS || (count > 0 && held + bytes > MAX_QUEUED_BYTES) {
+            shared.event_done(bytes);
+            shared.skipped();
             return false;
         }
         let call = Call {
             hook: Hooks::ON_EVENT,
             input: Input::Event(event),
             reply: None,
+            bytes,
         };
         match self.tx.try_send(call) {
             Ok(()) => true,
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                queued.fetch_sub(1, Ordering::AcqRel);
-                self.shared.skipped_events.fetch_add(1, Ordering::Relaxed);
+                shared.event_done(bytes);
+                shared.skipped();
                 false
             }
         }
