@@ -215,7 +215,7 @@ impl Shared {
 
     fn skipped(&self) {
         let n = self.skipped_events.fetch_add(1, Ordering::Relaxed);
-        if n % 1000 == 0 {
+        if n.is_multiple_of(1000) {
             let name = self.name.lock().unwrap().clone();
             tracing::warn!(plugin = %name, skipped = n + 1, "on_event is too far behind; committed events skipped for it");
         }
