@@ -7,5 +7,9 @@ pub const FILES: &[(&str, &str)] = &[
         "claude-code.lua",
         include_str!("../../../plugins/claude-code.lua"),
     ),
+    (
+        "opencode.lua",
+        include_str!("../../../plugins/opencode.lua"),
+    ),
     ("redact.lua", include_str!("../../../plugins/redact.lua")),
 ];
