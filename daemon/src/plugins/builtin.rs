@@ -11,5 +11,9 @@ pub const FILES: &[(&str, &str)] = &[
         "opencode.lua",
         include_str!("../../../plugins/opencode.lua"),
     ),
+    (
+        "claude-agent-sdk.lua",
+        include_str!("../../../plugins/claude-agent-sdk.lua"),
+    ),
     ("redact.lua", include_str!("../../../plugins/redact.lua")),
 ];
