@@ -30,14 +30,16 @@ fn fixtures(source: &str) -> Vec<PathBuf> {
 /// Ingests every line of `file` and returns the stored events of the sessions it touched,
 /// session by session in order of first appearance, with stable stand-ins for ids.
 fn run(c: &mut Client, source: &str, lines: &[Value]) -> Value {
-    let mut sessions: Vec<String> = Vec::new();
+    // (session, first LSN this run stored there): a session shared by several runs (the
+    // source's fallback session, say) shows only this run's events.
+    let mut sessions: Vec<(String, u64)> = Vec::new();
     let mut replies = Vec::new();
     for raw in lines {
         let r = c.ok("ingest", json!({"source": source, "event": raw}));
         for e in r["events"].as_array().unwrap() {
             let s = e["session_id"].as_str().unwrap().to_string();
-            if !sessions.contains(&s) {
-                sessions.push(s);
+            if !sessions.iter().any(|(x, _)| *x == s) {
+                sessions.push((s, e["lsn"].as_u64().unwrap()));
             }
         }
         if let Some(d) = r.get("decision") {
@@ -47,8 +49,8 @@ fn run(c: &mut Client, source: &str, lines: &[Value]) -> Value {
     let mut ids: HashMap<String, String> = HashMap::new();
     let mut out = serde_json::Map::new();
     let mut all = Vec::new();
-    for s in &sessions {
-        let events = c.read_all(s);
+    for (s, from) in &sessions {
+        let events = c.read_from(s, *from);
         for e in &events {
             let n = ids.len() + 1;
             ids.insert(e["id"].as_str().unwrap().to_string(), format!("#{n}"));
@@ -138,8 +140,6 @@ fn every_stored_event_keeps_the_hook_event_as_raw() {
 
 #[test]
 fn unknown_and_malformed_hook_events_are_kept() {
-    let d = Daemon::start();
-    let mut c = d.client();
     let cases = [
         json!({"session_id": "cc-1", "hook_event_name": "SomeFutureHook", "x": 1}),
         json!({"session_id": "cc-1"}),
@@ -150,9 +150,17 @@ fn unknown_and_malformed_hook_events_are_kept() {
         json!([1, 2, 3]),
         json!("just a string"),
     ];
+    malformed("claude-code", &cases, "claude-code__unknown_and_malformed");
+}
+
+/// Ingests each case and snapshots what was stored: every case must store at least one
+/// event, each keeping the case as its `raw`.
+fn malformed(source: &str, cases: &[Value], snapshot: &str) {
+    let d = Daemon::start();
+    let mut c = d.client();
     let mut stored = Vec::new();
-    for raw in &cases {
-        let r = c.ok("ingest", json!({"source": "claude-code", "event": raw}));
+    for raw in cases {
+        let r = c.ok("ingest", json!({"source": source, "event": raw}));
         let events = r["events"].as_array().unwrap().clone();
         assert!(!events.is_empty(), "{raw}: nothing stored");
         for e in events {
@@ -163,7 +171,7 @@ fn unknown_and_malformed_hook_events_are_kept() {
             let mut ev = got["events"][0].clone();
             assert_eq!(&ev["raw"], raw);
             let o = ev.as_object_mut().unwrap();
-            for k in ["id", "timestamp", "raw", "lsn"] {
+            for k in ["id", "timestamp", "raw", "lsn", "causation_id"] {
                 o.remove(k);
             }
             if let Some(Value::String(err)) = o.get_mut("payload").and_then(|p| p.get_mut("error"))
@@ -174,5 +182,298 @@ fn unknown_and_malformed_hook_events_are_kept() {
             stored.push(ev);
         }
     }
-    insta::assert_json_snapshot!("claude-code__unknown_and_malformed", stored);
+    let list = c.ok("plugins.list", json!({}));
+    for p in list["plugins"].as_array().unwrap() {
+        if p["sources"].as_array().unwrap().contains(&json!(source)) {
+            assert_eq!(p["errors"], 0, "the mapping failed: {p}");
+        }
+    }
+    insta::assert_json_snapshot!(snapshot.to_string(), stored);
+}
+
+#[test]
+fn opencode_events_map_to_the_taxonomy() {
+    snapshot_source("opencode");
+}
+
+#[test]
+fn claude_agent_sdk_messages_map_to_stream_chunks() {
+    snapshot_source("claude-agent-sdk");
+}
+
+#[test]
+fn opencode_unknown_and_malformed_events_are_kept() {
+    let cases = [
+        // Unknown and server-level bus events, wrapped or not.
+        json!({"id": "evt_1", "type": "lsp.client.diagnostics", "properties": {"path": "/x"}}),
+        json!({"hook": "event", "event": {"type": "some.future.event", "properties": {"sessionID": "ses_m"}}}),
+        json!({"type": "server.connected", "properties": {}}),
+        // Known types with missing or wrongly typed fields.
+        json!({"type": "session.created", "properties": {}}),
+        json!({"type": "session.created", "properties": {"info": {"id": "../escape", "parentID": 7}}}),
+        json!({"type": "session.idle", "properties": {"sessionID": ["ses_m"]}}),
+        json!({"type": "message.updated", "properties": {"info": "nope"}}),
+        json!({"type": "message.part.updated", "properties": {"part": {"sessionID": "ses_m", "type": "tool", "state": 3}}}),
+        json!({"type": "message.part.updated", "properties": {"part": {"sessionID": "ses_m", "type": "hologram"}}}),
+        json!({"type": "message.part.updated", "properties": {"part": {"sessionID": "ses_m", "type": "text", "id": "prt_x", "messageID": "msg_x", "text": 5, "time": {"start": 1, "end": 2}}}}),
+        json!({"type": "message.part.delta", "properties": {"sessionID": "ses_m", "partID": "prt_y", "field": "text", "delta": {"not": "text"}}}),
+        json!({"type": "permission.replied", "properties": {"sessionID": "ses_m", "requestID": "per_unknown"}}),
+        json!({"type": "session.error", "properties": {"error": "a string"}}),
+        json!({"type": 12, "properties": []}),
+        // Tool hooks with missing parts; a hook this mapping does not know.
+        json!({"hook": "tool.execute.before"}),
+        json!({"hook": "tool.execute.after", "input": {"sessionID": "ses_m", "callID": 9}, "output": "text"}),
+        json!({"hook": "chat.message", "input": {}, "output": {}}),
+        json!({"hook": "event", "event": "not an object"}),
+        json!({"something": "else"}),
+        json!([1, 2, 3]),
+        json!("just a string"),
+        json!(null),
+        // The session idles: the part left open above is stored with what it had.
+        json!({"type": "session.idle", "properties": {"sessionID": "ses_m"}}),
+    ];
+    malformed("opencode", &cases, "opencode__unknown_and_malformed");
+}
+
+#[test]
+fn claude_agent_sdk_unknown_and_malformed_messages_are_kept() {
+    let sid = "sdk-m";
+    let cases = [
+        json!({"type": "tool_progress", "session_id": sid, "tool_use_id": "t1"}),
+        json!({"type": "system", "subtype": "hook_response", "session_id": sid}),
+        json!({"session_id": sid}),
+        json!({"type": "stream_event", "session_id": sid}),
+        json!({"type": "stream_event", "session_id": sid, "event": {"type": "content_block_delta", "index": 4, "delta": {"type": "input_json_delta", "partial_json": "{"}}}),
+        json!({"type": "stream_event", "session_id": sid, "event": {"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "t2", "name": "Bash"}}}),
+        json!({"type": "stream_event", "session_id": sid, "event": {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{\"command\": "}}}),
+        // The accumulated JSON is cut short: args keep the text.
+        json!({"type": "stream_event", "session_id": sid, "event": {"type": "content_block_stop", "index": 0}}),
+        json!({"type": "stream_event", "session_id": sid, "event": {"type": "content_block_stop", "index": 9}}),
+        json!({"type": "stream_event", "session_id": sid, "event": {"type": "content_block_delta", "index": 1, "delta": {"type": "signature_delta", "signature": "sig"}}}),
+        json!({"type": "assistant", "session_id": sid, "message": "nope"}),
+        json!({"type": "user", "session_id": sid, "message": {"content": [{"type": "image"}]}}),
+        json!({"type": "user", "session_id": sid, "message": {"content": "hello"}}),
+        json!({"type": "result", "session_id": sid, "subtype": "error_max_turns", "is_error": true, "usage": "x"}),
+        json!({"type": "system", "subtype": "init", "session_id": "../escape"}),
+        json!([1, 2, 3]),
+        json!("just a string"),
+    ];
+    malformed(
+        "claude-agent-sdk",
+        &cases,
+        "claude-agent-sdk__unknown_and_malformed",
+    );
+}
+
+/// The final text of every text/reasoning part OpenCode reported (its update with
+/// `time.end`), by part id.
+fn final_part_texts(lines: &[Value]) -> HashMap<String, String> {
+    let mut out = HashMap::new();
+    for line in lines {
+        let e = line.get("event").unwrap_or(line);
+        if e["type"] != "message.part.updated" {
+            continue;
+        }
+        let part = &e["properties"]["part"];
+        if (part["type"] == "text" || part["type"] == "reasoning") && !part["time"]["end"].is_null()
+        {
+            out.insert(
+                part["id"].as_str().unwrap().to_string(),
+                part["text"].as_str().unwrap().to_string(),
+            );
+        }
+    }
+    out
+}
+
+/// Ingests the lines (as the dstream OpenCode plugin sends them: bus events unwrapped) and
+/// returns the stored events of every session, with how many each line stored.
+fn ingest_all(c: &mut Client, lines: &[Value]) -> (Vec<Value>, Vec<usize>) {
+    let mut sessions: Vec<(String, u64)> = Vec::new();
+    let mut counts = Vec::new();
+    for line in lines {
+        let event = if line["hook"] == "event" {
+            &line["event"]
+        } else {
+            line
+        };
+        let r = c.ok("ingest", json!({"source": "opencode", "event": event}));
+        let events = r["events"].as_array().unwrap();
+        counts.push(events.len());
+        for e in events {
+            let s = e["session_id"].as_str().unwrap().to_string();
+            if !sessions.iter().any(|(x, _)| *x == s) {
+                sessions.push((s, e["lsn"].as_u64().unwrap()));
+            }
+        }
+    }
+    let mut stored = Vec::new();
+    for (s, from) in sessions {
+        stored.extend(c.read_from(&s, from));
+    }
+    (stored, counts)
+}
+
+fn chunks_of<'a>(stored: &'a [Value], part: &str) -> Vec<&'a Value> {
+    stored
+        .iter()
+        .filter(|e| e["type"] == "message.chunk" && e["payload"]["part_id"] == part)
+        .collect()
+}
+
+#[test]
+fn opencode_text_parts_are_stored_once_with_their_final_text() {
+    let d = Daemon::start();
+    let mut c = d.client();
+    let mut parts = 0;
+    for file in fixtures("opencode") {
+        let lines = read_lines(&file);
+        let finals = final_part_texts(&lines);
+        let (stored, counts) = ingest_all(&mut c, &lines);
+        for (part, text) in &finals {
+            let chunks = chunks_of(&stored, part);
+            let user = stored
+                .iter()
+                .filter(|e| e["type"] == "user.input" && e["payload"]["part_id"] == part.as_str())
+                .count();
+            if user == 0 {
+                parts += 1;
+                assert_eq!(
+                    chunks.len(),
+                    1,
+                    "{}: part {part}: {chunks:?}",
+                    file.display()
+                );
+                assert_eq!(chunks[0]["payload"]["text"], text.as_str());
+                assert_eq!(chunks[0]["payload"]["final"], true);
+            }
+        }
+        // Only folded events (deltas, a part's updates before its last, a tool's progress)
+        // store nothing.
+        for (line, n) in lines.iter().zip(counts) {
+            if n > 0 {
+                continue;
+            }
+            let e = line.get("event").unwrap_or(line);
+            let part = &e["properties"]["part"];
+            let folded = e["type"] == "message.part.delta"
+                || (e["type"] == "message.part.updated"
+                    && ((part["type"] == "text" && part["time"]["end"].is_null())
+                        || (part["type"] == "tool" && part["state"]["status"] == "running")));
+            assert!(folded, "{}: nothing stored for {line}", file.display());
+        }
+    }
+    assert!(parts > 0, "no streamed text part in the fixtures");
+
+    // A part streamed in many deltas that never reports its end: stored at idle, complete,
+    // once, with the part's last event as raw.
+    let sid = "ses_stream";
+    let part = |text: &str| {
+        json!({"type": "message.part.updated", "properties": {"sessionID": sid, "part": {
+            "id": "prt_1", "messageID": "msg_a", "sessionID": sid, "type": "text",
+            "text": text, "time": {"start": 1}}}})
+    };
+    let delta = |d: &str| {
+        json!({"type": "message.part.delta", "properties": {"sessionID": sid,
+            "messageID": "msg_a", "partID": "prt_1", "field": "text", "delta": d}})
+    };
+    let mut lines = vec![
+        json!({"type": "message.updated", "properties": {"sessionID": sid, "info": {
+            "id": "msg_u", "role": "user", "sessionID": sid}}}),
+        json!({"type": "message.updated", "properties": {"sessionID": sid, "info": {
+            "id": "msg_a", "parentID": "msg_u", "role": "assistant", "sessionID": sid}}}),
+        part(""),
+    ];
+    let words: Vec<String> = (0..300).map(|i| format!("w{i} ")).collect();
+    for w in &words[..150] {
+        lines.push(delta(w));
+    }
+    // An older OpenCode resends the whole part with each delta.
+    lines.push(part(&words[..150].concat()));
+    for w in &words[150..] {
+        lines.push(delta(w));
+    }
+    let last = lines.last().unwrap().clone();
+    lines.push(json!({"type": "session.idle", "properties": {"sessionID": sid}}));
+    let (stored, counts) = ingest_all(&mut c, &lines);
+    assert!(
+        counts[3..lines.len() - 1].iter().all(|&n| n == 0),
+        "{counts:?}"
+    );
+    let chunks = chunks_of(&stored, "prt_1");
+    assert_eq!(chunks.len(), 1, "{chunks:?}");
+    let chunk = chunks[0];
+    assert_eq!(chunk["payload"]["text"], words.concat());
+    assert_eq!(chunk["payload"]["coalesced"], 302);
+    assert_eq!(chunk["correlation_id"], "msg_u");
+    assert_eq!(chunk["metadata"]["flushed_by"], "session.idle");
+    assert_eq!(chunk["raw"], last);
+    let types: Vec<&str> = stored.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        types,
+        [
+            "message.updated",
+            "message.updated",
+            "message.chunk",
+            "lifecycle.session.idle"
+        ]
+    );
+
+    // The same part updated again after it was stored: only the new text is added.
+    let (stored, _) = ingest_all(
+        &mut c,
+        &[
+            delta("tail"),
+            json!({"type": "session.idle", "properties": {"sessionID": sid}}),
+        ],
+    );
+    let chunks = chunks_of(&stored, "prt_1");
+    assert_eq!(chunks.len(), 1, "{chunks:?}");
+    assert_eq!(chunks[0]["payload"]["text"], "tail");
+}
+
+#[test]
+fn opencode_coalesce_text_false_stores_every_delta() {
+    let d = Daemon::start_with("[plugins.lua.opencode]\ncoalesce_text = false\n");
+    let mut c = d.client();
+    let mut total = 0;
+    for file in fixtures("opencode") {
+        let lines = read_lines(&file);
+        let (stored, counts) = ingest_all(&mut c, &lines);
+        let mut deltas = Vec::new();
+        for (line, n) in lines.iter().zip(&counts) {
+            let e = line.get("event").unwrap_or(line);
+            if e["type"] == "message.part.delta" {
+                assert_eq!(*n, 1, "{line}");
+                deltas.push(e["properties"]["delta"].clone());
+            }
+            let part = &e["properties"]["part"];
+            if e["type"] == "message.part.updated" && part["type"] == "text" {
+                assert!(*n >= 1, "{line}");
+            }
+        }
+        total += deltas.len();
+        let mut stored_deltas: Vec<Value> = stored
+            .iter()
+            .filter(|e| e["type"] == "message.chunk" && !e["payload"]["delta"].is_null())
+            .map(|e| e["payload"]["delta"].clone())
+            .collect();
+        // Read back session by session: compare as sets of texts.
+        let key = |v: &Value| v.to_string();
+        stored_deltas.sort_by_key(key);
+        deltas.sort_by_key(key);
+        assert_eq!(stored_deltas, deltas, "{}", file.display());
+        // The part's final update is stored too, with the whole text.
+        for (part, text) in final_part_texts(&lines) {
+            let finals: Vec<_> = chunks_of(&stored, &part)
+                .into_iter()
+                .filter(|e| e["payload"]["final"] == true)
+                .collect();
+            if !finals.is_empty() {
+                assert_eq!(finals.len(), 1);
+                assert_eq!(finals[0]["payload"]["text"], text.as_str());
+            }
+        }
+    }
+    assert!(total > 0, "no delta in the fixtures");
 }

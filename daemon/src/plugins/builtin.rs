@@ -7,5 +7,13 @@ pub const FILES: &[(&str, &str)] = &[
         "claude-code.lua",
         include_str!("../../../plugins/claude-code.lua"),
     ),
+    (
+        "opencode.lua",
+        include_str!("../../../plugins/opencode.lua"),
+    ),
+    (
+        "claude-agent-sdk.lua",
+        include_str!("../../../plugins/claude-agent-sdk.lua"),
+    ),
     ("redact.lua", include_str!("../../../plugins/redact.lua")),
 ];
