@@ -132,3 +132,70 @@ fn a_claude_code_run_lands_in_one_session_log_in_order() {
         assert_eq!(e["raw"]["hook_event_name"], e["metadata"]["hook"], "{e}");
     }
 }
+
+#[test]
+fn an_opencode_run_lands_in_one_session_log_in_order() {
+    let paths = agents::ensure_installed();
+    let d = Daemon::start();
+    let env = AgentEnv::new();
+    install(&env, "opencode");
+    let mock = MockModel::openai(Script::tool_then_text(
+        Reply::opencode_bash("echo hello-from-dstream"),
+        FINAL,
+    ));
+    let mut cmd = agents::opencode_command(&paths, &env, &mock, "Run echo hello-from-dstream", &[]);
+    cmd.env("DSTREAM_SOCKET", d.socket());
+    let out = agents::run(&env, cmd, Duration::from_secs(120));
+    out.assert_success("opencode run with the dstream plugin");
+    assert!(out.stdout.contains(FINAL), "stdout: {}", out.stdout);
+
+    let want = [
+        "lifecycle.session.created",
+        "user.input",
+        "execution.tool_use",
+        "execution.tool_result",
+        "lifecycle.session.idle",
+    ];
+    let mut c = d.client();
+    let sessions = sessions_when(&mut c, |all| {
+        all.iter().any(|(_, e)| in_order(&types(e), &want))
+    });
+    let (id, events) = sessions
+        .iter()
+        .find(|(_, e)| types(e).contains(&"lifecycle.session.created"))
+        .unwrap_or_else(|| panic!("no OpenCode session: {sessions:#?}"));
+    let t = types(events);
+    assert!(in_order(&t, &want), "{id}: {t:?}");
+    assert_eq!(t.first(), Some(&"lifecycle.session.created"), "{t:?}");
+    assert!(
+        !t.contains(&"unmapped"),
+        "every OpenCode event of a plain run is mapped: {t:?}"
+    );
+    let request = events
+        .iter()
+        .find(|e| e["type"] == "execution.tool_use" && e["payload"]["phase"] == "requested")
+        .unwrap_or_else(|| panic!("no requested tool call: {t:?}"));
+    assert_eq!(
+        request["payload"]["input"]["command"], "echo hello-from-dstream",
+        "{request}"
+    );
+    let result = events
+        .iter()
+        .find(|e| e["type"] == "execution.tool_result")
+        .unwrap();
+    assert_eq!(
+        result["payload"]["tool_use_id"],
+        request["payload"]["tool_use_id"]
+    );
+    let cause = result["causation_id"].as_str().unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| e["id"] == cause && e["type"] == "execution.tool_use"),
+        "the result's cause is a request of the same call: {result}"
+    );
+    assert!(result.to_string().contains("hello-from-dstream"));
+    for e in events {
+        assert!(!e["raw"].is_null(), "raw kept: {e}");
+    }
+}
