@@ -4,8 +4,9 @@
 --   [plugins.lua.redact]
 --   replacement = "[REDACTED]"        # what a secret is replaced with
 --   extra_patterns = []               # more Lua patterns whose matches are secrets
---   secret_keys = ["password", …]     # object keys whose string values are secrets (any case,
---                                     # matched as a substring of the key)
+--   secret_keys = ["password", …]     # object keys whose string values are secrets: a key
+--                                     # that ends with one of these, in any case (so "apiKey"
+--                                     # and "client_secret" are, "apiKeySource" is not)
 --
 -- It runs after every other filter (priority 1000), so a filter cannot add a secret back.
 -- Each redacted event says how many values it changed in metadata.redactions.
@@ -15,7 +16,8 @@ local M = { name = "redact", api = 1, priority = 1000 }
 local replacement = "[REDACTED]"
 local secret_keys = {
   "password", "passwd", "secret", "token", "api_key", "apikey", "api-key",
-  "authorization", "credential", "private_key", "access_key", "session_key",
+  "authorization", "credential", "credentials", "private_key", "access_key", "session_key",
+  "secret_key",
 }
 local extra = {}
 
@@ -98,7 +100,7 @@ local function redact_text(s)
       s = string.gsub(s, '"([%w_%-]+)":"(.-[^\\])"', function(key, value)
         local k = string.lower(key)
         for _, n in ipairs(secret_keys) do
-          if string.find(k, n, 1, true) then
+          if #k >= #n and string.sub(k, -#n) == n then
             if value == replacement then return nil end
             count = count + 1
             return '"' .. key .. '":"' .. replacement .. '"'

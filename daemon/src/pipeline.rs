@@ -422,6 +422,14 @@ impl Worker {
             decision = strongest(decision, verdict);
         }
         drafts.append(&mut notes);
+        if !keep_raw {
+            // Also what a plugin set itself; an unmapped event keeps it, being nothing else.
+            for d in &mut drafts {
+                if d.event.get("type").and_then(Json::as_str) != Some("unmapped") {
+                    d.event.remove("raw");
+                }
+            }
+        }
 
         self.append(drafts, decision, done);
     }

@@ -173,6 +173,7 @@ fn hostile_plugins_are_contained_and_nothing_is_lost() {
             dofile = type(dofile), loadfile = type(loadfile), debug = type(debug),
             dump = type(string.dump), bytecode = bytecode_ok,
             ulid = #host.ulid(), now = host.now_ms() > 0,
+            text_load = load("return string.len('ab')")() == 2,
           } })
         end
         return M
@@ -192,6 +193,10 @@ fn hostile_plugins_are_contained_and_nothing_is_lost() {
     }
     assert_eq!(probe["bytecode"], false, "{probe}");
     assert_eq!(probe["ulid"], 26);
+    assert_eq!(
+        probe["text_load"], true,
+        "load of text sees the globals: {probe}"
+    );
     assert_eq!(probe["now"], true);
 
     let mut other = d.client();
@@ -568,4 +573,32 @@ fn on_event_sees_every_committed_event_with_its_lsn() {
     // A failing sink harms nothing: the events are stored, the daemon answers.
     assert_eq!(c.read_all("observed").len(), 2);
     assert!(d.stderr().contains("sink broke"));
+}
+
+#[test]
+fn keep_raw_false_drops_raw_except_from_unmapped_events() {
+    let d = Daemon::start_with("[plugins]\nkeep_raw = false\n");
+    write_plugin(
+        &d,
+        "own-raw.lua",
+        "local M = { name = 'own-raw', api = 1, sources = { 'own' } }\n\
+         function M.map(raw, emit) emit({ type = 'x', session_id = 'kr', raw = raw }) end\n\
+         return M\n",
+    );
+    let mut c = d.client();
+    c.ok("plugins.reload", json!({}));
+    ingest(&mut c, "own", json!({"a": 1}));
+    c.ok(
+        "ingest",
+        json!({"source": "nobody", "event": {"b": 2}, "session_id": "kr"}),
+    );
+    let stored = c.read_all("kr");
+    assert_eq!(stored[0]["type"], "x");
+    assert!(stored[0].get("raw").is_none(), "{}", stored[0]);
+    assert_eq!(stored[1]["type"], "unmapped");
+    assert_eq!(
+        stored[1]["raw"],
+        json!({"b": 2}),
+        "an unmapped event is nothing without it"
+    );
 }

@@ -318,10 +318,11 @@ fn sandbox(lua: &Lua) -> mlua::Result<()> {
     if let Ok(string) = g.get::<Table>("string") {
         string.set("dump", Value::Nil)?;
     }
-    // `load` of text only; bytecode can break the VM's invariants.
+    // `load` of text only; bytecode can break the VM's invariants. The environment is passed
+    // on only when given, so `load(text)` keeps the global one.
     lua.load(
         r#"local raw_load = load
-        load = function(chunk, name, _mode, env) return raw_load(chunk, name, "t", env) end"#,
+        load = function(chunk, name, _mode, ...) return raw_load(chunk, name, "t", ...) end"#,
     )
     .set_name("=sandbox")
     .exec()
