@@ -45,6 +45,15 @@ local rules = {
     pattern = "%f[%w_]([%w_]+)(%s*=%s*\\?[\"']?)([^%s\"'\\]+)" },
 }
 
+-- The host calls `process` only for events whose JSON contains one of these (any case):
+-- every rule's anchor and every secret key name. Without a match nothing here could fire.
+local function needles()
+  local list = { "private key-----", "sk-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_",
+    "akia", "xox", "aiza", "bearer", "=" }
+  for _, k in ipairs(secret_keys) do list[#list + 1] = k end
+  return list
+end
+
 function M.init(config)
   if type(config.replacement) == "string" then replacement = config.replacement end
   if type(config.secret_keys) == "table" then secret_keys = config.secret_keys end
@@ -55,6 +64,8 @@ function M.init(config)
       extra[#extra + 1] = { pattern = p }
     end
   end
+  -- A custom pattern can match anything, so every event must be scanned.
+  M.process_if_contains = (#extra == 0) and needles() or nil
 end
 
 -- NAME of NAME=value: secret when it ends in TOKEN or KEY, or contains SECRET or PASSWORD

@@ -361,6 +361,14 @@ impl Worker {
             }
             let mut next = Vec::with_capacity(drafts.len());
             for mut draft in drafts {
+                if plugin.meta.process_if_contains.is_some() {
+                    let mut text = serde_json::to_vec(&draft.event).unwrap_or_default();
+                    text.make_ascii_lowercase();
+                    if !plugin.wants(&text) {
+                        next.push(draft);
+                        continue;
+                    }
+                }
                 draft
                     .event
                     .insert("session_id".into(), Json::String(draft.session_id.clone()));

@@ -473,6 +473,23 @@ fn the_redaction_plugin_removes_secrets_before_they_are_stored() {
         "not everything is a secret"
     );
     assert!(stored[0]["metadata"]["redactions"].as_u64().unwrap() >= 8);
+
+    // An event with nothing that could be a secret is not even handed to the filter
+    // (`process_if_contains`), and is stored as it came.
+    let calls =
+        |c: &mut Client| plugin(&c.ok("plugins.list", json!({})), "redact")["calls"].clone();
+    let before = calls(&mut c);
+    let plain = json!({"session_id": "redact-2", "text": "nothing to hide here"});
+    ingest(&mut c, "mystery", plain.clone());
+    assert_eq!(calls(&mut c), before, "skipped");
+    assert_eq!(c.read_all("redact-2")[0]["raw"], plain);
+    ingest(
+        &mut c,
+        "mystery",
+        json!({"session_id": "redact-2", "Password": "hunter2hunter2"}),
+    );
+    assert_ne!(calls(&mut c), before, "any case of a needle calls it");
+    assert_eq!(c.read_all("redact-2")[1]["raw"]["Password"], "[REDACTED]");
 }
 
 fn dstream(d: &Daemon, args: &[&str]) -> Output {

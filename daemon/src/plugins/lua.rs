@@ -222,6 +222,8 @@ impl Host {
             host.budget.end();
             r.map_err(|e| PluginError::Load(format!("init failed: {}", clean_error(&e))))?;
         }
+        let mut host = host;
+        host.meta.process_if_contains = read_needles(&host.module)?;
         Ok(host)
     }
 
@@ -453,7 +455,28 @@ fn read_meta(module: &Table) -> Result<PluginMeta, PluginError> {
         sources,
         priority,
         hooks,
+        process_if_contains: None,
     })
+}
+
+fn read_needles(module: &Table) -> Result<Option<Vec<String>>, PluginError> {
+    let bad = || PluginError::Load("`process_if_contains` must be a list of strings".into());
+    match module.get::<Value>("process_if_contains") {
+        Ok(Value::Nil) => Ok(None),
+        Ok(Value::Table(t)) => {
+            let mut out = Vec::new();
+            for s in t.sequence_values::<mlua::LuaString>() {
+                let s = s.map_err(|_| bad())?;
+                let s = s.to_str().map_err(|_| bad())?.to_ascii_lowercase();
+                if s.is_empty() {
+                    return Ok(None); // "" is in every text
+                }
+                out.push(s);
+            }
+            Ok(Some(out))
+        }
+        _ => Err(bad()),
+    }
 }
 
 /// An mlua error as one readable line: the script's message and position, without the

@@ -108,6 +108,11 @@ pub struct PluginMeta {
     pub sources: Vec<String>,
     pub priority: i64,
     pub hooks: Hooks,
+    /// `process_if_contains`: `process` is called only for events whose JSON text contains
+    /// one of these (lowercase, matched ASCII case-insensitively); the others pass through
+    /// unchanged without a call. Read after `init`, so a plugin can drop it when its
+    /// configuration makes it unsound (custom patterns).
+    pub process_if_contains: Option<Vec<String>>,
 }
 
 pub enum Input {
@@ -251,6 +256,16 @@ impl Plugin {
 
     pub fn has(&self, hook: Hooks) -> bool {
         self.meta.hooks.contains(hook)
+    }
+
+    /// Whether `process` wants an event, given its JSON text in ASCII lowercase.
+    pub fn wants(&self, lowercase_json: &[u8]) -> bool {
+        match &self.meta.process_if_contains {
+            None => true,
+            Some(needles) => needles
+                .iter()
+                .any(|n| memchr::memmem::find(lowercase_json, n.as_bytes()).is_some()),
+        }
     }
 
     pub fn disabled(&self) -> Option<String> {
