@@ -75,6 +75,31 @@ pub struct HookArgs {
     socket: Option<PathBuf>,
 }
 
+impl HookArgs {
+    /// The plain forms agents run (`hook claude-code [--fail-closed] [--socket PATH]`), read
+    /// without clap: building the whole CLI's parser is a measurable part of a hook's
+    /// ~2 ms. Anything else (help, typos) returns `None` and goes through clap as usual.
+    pub fn from_plain_args(args: &[std::ffi::OsString]) -> Option<HookArgs> {
+        let mut it = args.iter();
+        if it.next()? != "hook" || it.next()? != "claude-code" {
+            return None;
+        }
+        let mut parsed = HookArgs {
+            agent: HookAgent::ClaudeCode,
+            fail_closed: false,
+            socket: None,
+        };
+        while let Some(a) = it.next() {
+            match a.to_str()? {
+                "--fail-closed" if !parsed.fail_closed => parsed.fail_closed = true,
+                "--socket" if parsed.socket.is_none() => parsed.socket = Some(it.next()?.into()),
+                _ => return None,
+            }
+        }
+        Some(parsed)
+    }
+}
+
 const HOOK_HELP: &str = "\
 Agents run this command, not people: `dstream install claude-code` registers it for every
 Claude Code hook event. It reads the event from stdin, stores it through the daemon (`ingest`),

@@ -61,6 +61,10 @@ enum Command {
 }
 
 pub fn main() -> ExitCode {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if let Some(hook) = hook::HookArgs::from_plain_args(&args) {
+        return hook::run(hook);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
