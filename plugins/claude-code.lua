@@ -86,6 +86,7 @@ function M.map(raw, emit, ctx)
   elseif hook == "PermissionRequest" then
     out("execution.permission_requested", {
       tool = raw.tool_name, input = raw.tool_input, suggestions = raw.permission_suggestions,
+      awaited = true, -- Claude Code waits for the hook's answer: policy may decide it
     })
   elseif hook == "PermissionDenied" then
     out("execution.permission_denied", {

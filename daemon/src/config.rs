@@ -16,6 +16,7 @@ pub struct Config {
     pub read: ReadConfig,
     pub subscriptions: SubscriptionConfig,
     pub plugins: PluginsConfig,
+    pub checkpoints: CheckpointsConfig,
     /// The file this configuration was read from, if any (hot reload reads it again).
     #[serde(skip)]
     pub file: Option<PathBuf>,
@@ -90,6 +91,82 @@ pub struct PluginsConfig {
     /// `[plugins.lua.<name>]` tables, handed to each plugin as `host.config`.
     #[serde(default)]
     pub lua: std::collections::BTreeMap<String, toml::Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointsConfig {
+    pub default_timeout_ms: u64,
+    pub default_on_timeout: OnTimeout,
+    pub permission_requests: PermissionRequests,
+    pub grant_ttl_ms: u64,
+    #[serde(default)]
+    pub rules: Vec<RuleConfig>,
+}
+
+/// What a checkpoint's deadline decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnTimeout {
+    Allow,
+    Deny,
+}
+
+impl OnTimeout {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnTimeout::Allow => "allow",
+            OnTimeout::Deny => "deny",
+        }
+    }
+}
+
+/// What an agent's own permission prompt (Claude Code's PermissionRequest) becomes when no
+/// rule matches it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PermissionRequests {
+    /// The agent asks its user as it normally would.
+    Agent,
+    /// A checkpoint, decided through dstream.
+    Ask,
+}
+
+/// One `[[checkpoints.rules]]` entry.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleConfig {
+    /// Glob on the tool name, case-insensitive.
+    pub tool: String,
+    /// Glob on the tool's main input (command, file path, url, pattern).
+    #[serde(default)]
+    pub input: Option<String>,
+    /// The agent (`claude-code`, `opencode`, …); any when unset.
+    #[serde(default)]
+    pub source: Option<String>,
+    pub action: RuleAction,
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    #[serde(default)]
+    pub on_timeout: Option<OnTimeout>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RuleAction {
+    Allow,
+    Deny,
+    Ask,
+}
+
+impl RuleAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuleAction::Allow => "allow",
+            RuleAction::Deny => "deny",
+            RuleAction::Ask => "ask",
+        }
+    }
 }
 
 /// A configuration that could not be used; the message names the file and the key.
@@ -206,6 +283,20 @@ impl Config {
         }
         if self.subscriptions.heartbeat_ms == 0 {
             return bad("subscriptions.heartbeat_ms", "must be at least 1");
+        }
+        if self.checkpoints.default_timeout_ms == 0 {
+            return bad("checkpoints.default_timeout_ms", "must be at least 1");
+        }
+        for (i, rule) in self.checkpoints.rules.iter().enumerate() {
+            if rule.tool.is_empty() {
+                return bad(&format!("checkpoints.rules[{i}].tool"), "must not be empty");
+            }
+            if rule.timeout_ms == Some(0) {
+                return bad(
+                    &format!("checkpoints.rules[{i}].timeout_ms"),
+                    "must be at least 1",
+                );
+            }
         }
         Ok(())
     }

@@ -13,12 +13,15 @@
 //! - `follower` + `subscription`: catch up from the logs, then live from the hub, gap-free;
 //! - [`pipeline`]: raw agent events → map → process → decide → append → observe, through
 //!   [`plugins`] (sandboxed Lua, each on its own thread);
+//! - [`checkpoint`]: tool calls held until a person decides: policy, the state machine,
+//!   deadlines, rebuilt from the logs at start;
 //! - [`watch`]: hot reload of the plugin folder and the config file;
 //! - [`state`]: what all of them share (config, store, hub, counters, memory budget);
 //! - [`config`]: the configuration and its embedded, documented defaults.
 //!
 //! The `dstream` binary (CLI) is built on this crate and on `dstream-sdk`.
 
+pub mod checkpoint;
 pub mod config;
 mod connection;
 mod follower;

@@ -26,7 +26,9 @@ use serde_json::value::{RawValue, to_raw_value};
 use serde_json::{Map, Value as Json, json};
 use tokio::sync::{mpsc, watch};
 
-use crate::config::Config;
+use crate::checkpoint::policy::{self, Call, Policy, RuleVerdict};
+use crate::checkpoint::{self as checkpoint, Checkpoints, NewRequest, Prepared};
+use crate::config::{Config, PermissionRequests};
 use crate::hub::{Hub, Lagged};
 use crate::jsonscan::nesting_depth;
 use crate::plugins::{Failure, Hooks, Input, Plugin, PluginSet, PluginSettings};
@@ -86,6 +88,8 @@ pub struct Pipeline {
 pub struct PipelineSettings {
     pub plugins: PluginSettings,
     pub keep_raw: bool,
+    /// `[checkpoints]`: the rules the decide step applies.
+    pub policy: Arc<Policy>,
 }
 
 impl PipelineSettings {
@@ -97,6 +101,7 @@ impl PipelineSettings {
         PipelineSettings {
             plugins,
             keep_raw: config.plugins.keep_raw,
+            policy: Arc::new(Policy::new(&config.checkpoints)),
         }
     }
 }
@@ -107,6 +112,7 @@ impl Pipeline {
     pub fn start(
         store: Store,
         hub: Arc<Hub>,
+        checkpoints: Arc<Checkpoints>,
         settings: PipelineSettings,
         source: ConfigSource,
     ) -> std::io::Result<Arc<Pipeline>> {
@@ -135,6 +141,7 @@ impl Pipeline {
         });
         let worker = Worker {
             store,
+            checkpoints,
             plugins: pipeline.plugins.subscribe(),
             pipeline: Arc::downgrade(&pipeline),
             joins: JoinMemory::default(),
@@ -285,6 +292,7 @@ struct Draft {
 
 struct Worker {
     store: Store,
+    checkpoints: Arc<Checkpoints>,
     plugins: watch::Receiver<Arc<PluginSet>>,
     pipeline: std::sync::Weak<Pipeline>,
     joins: JoinMemory,
@@ -298,14 +306,17 @@ impl Worker {
                 return;
             };
             pipeline.ingested.fetch_add(1, Ordering::Relaxed);
-            let keep_raw = pipeline.settings.lock().unwrap().keep_raw;
+            let (keep_raw, policy) = {
+                let s = pipeline.settings.lock().unwrap();
+                (s.keep_raw, s.policy.clone())
+            };
             drop(pipeline);
             let set = self.plugins.borrow_and_update().clone();
-            self.handle(&set, ingest, keep_raw);
+            self.handle(&set, ingest, keep_raw, &policy);
         }
     }
 
-    fn handle(&mut self, set: &PluginSet, ingest: Ingest, keep_raw: bool) {
+    fn handle(&mut self, set: &PluginSet, ingest: Ingest, keep_raw: bool, policy: &Policy) {
         let Ingest {
             source,
             raw,
@@ -410,25 +421,39 @@ impl Worker {
 
         // decide
         let mut decision = None;
-        for draft in &mut drafts {
-            if !is_tool_request(&draft.event) {
+        let mut decided = Vec::with_capacity(drafts.len() + 1);
+        for mut draft in drafts {
+            let Some(kind) = request_kind(&draft.event) else {
+                decided.push(draft);
                 continue;
-            }
-            let verdict = self.decide(set, draft, &mut notes);
+            };
+            let cause = ensure_id(&mut draft.event);
+            let (verdict, follow_up) =
+                self.verdict(set, policy, &source, &raw, &draft, kind, &cause, &mut notes);
             if let Some(d) = &verdict {
                 let meta = draft
                     .event
                     .entry("metadata")
                     .or_insert_with(|| Json::Object(Map::new()));
                 if let Json::Object(m) = meta {
-                    m.insert(
-                        "decision".into(),
-                        serde_json::to_value(d).unwrap_or(Json::Null),
-                    );
+                    let mut slim = json!({"action": d.action});
+                    if let Some(r) = &d.reason {
+                        slim["reason"] = json!(r);
+                    }
+                    if let Some(b) = &d.decided_by {
+                        slim["decided_by"] = json!(b);
+                    }
+                    if let Some(c) = &d.checkpoint {
+                        slim["checkpoint_id"] = json!(c.id);
+                    }
+                    m.insert("decision".into(), slim);
                 }
             }
+            decided.push(draft);
+            decided.extend(follow_up);
             decision = strongest(decision, verdict);
         }
+        let mut drafts = decided;
         drafts.append(&mut notes);
         if !keep_raw {
             // Also what a plugin set itself; an unmapped event keeps it, being nothing else.
@@ -440,6 +465,197 @@ impl Worker {
         }
 
         self.append(drafts, decision, done);
+    }
+
+    /// What policy, plugins and grants say about one tool call, and the event that records it:
+    /// a `checkpoint.requested` for a call that must wait for a person, or an automatic
+    /// `checkpoint.approved` / `checkpoint.rejected` naming the rule (or grant) that decided.
+    #[allow(clippy::too_many_arguments)]
+    fn verdict(
+        &mut self,
+        set: &PluginSet,
+        policy: &Policy,
+        source: &str,
+        raw: &Json,
+        draft: &Draft,
+        kind: RequestKind,
+        cause: &str,
+        notes: &mut Vec<Draft>,
+    ) -> (Option<Decision>, Option<Draft>) {
+        let payload = draft.event.get("payload");
+        let tool = payload
+            .and_then(|p| p.get("tool"))
+            .and_then(Json::as_str)
+            .unwrap_or("")
+            .to_string();
+        let input = payload.and_then(|p| p.get("input")).cloned();
+        let tool_use_id = payload
+            .and_then(|p| p.get("tool_use_id"))
+            .and_then(Json::as_str)
+            .map(str::to_string);
+        let call_key = call_key(&tool, input.as_ref());
+        if let (RequestKind::ToolUse, Some(t)) = (kind, &tool_use_id) {
+            // A permission prompt for this call comes without its id: find it by tool + input.
+            self.joins.remember(&draft.session_id, &call_key, t);
+        }
+        let rule = policy.evaluate(&Call {
+            source,
+            tool: &tool,
+            input: input.as_ref(),
+        });
+        let from_rule = rule.as_ref().map(|r| Decision {
+            action: r.action.as_str().into(),
+            reason: Some(format!("{}: {}", r.rule, r.description)),
+            decided_by: Some(format!("rule:{}", r.rule)),
+            updated_input: None,
+            checkpoint: None,
+        });
+        let mut decision = strongest(from_rule, self.decide(set, draft, notes));
+        if decision.is_none()
+            && kind == RequestKind::Permission
+            && policy.permission_requests() == PermissionRequests::Ask
+        {
+            decision = Some(Decision {
+                action: "ask".into(),
+                reason: Some("the agent asks for permission".into()),
+                decided_by: Some("checkpoints.permission_requests".into()),
+                updated_input: None,
+                checkpoint: None,
+            });
+        }
+        let Some(mut decision) = decision else {
+            return (None, None);
+        };
+        let cwd = raw
+            .get("cwd")
+            .or_else(|| raw.get("directory"))
+            .and_then(Json::as_str)
+            .map(str::to_string);
+        let auto = |d: &Decision, grant: Option<&str>| {
+            let mut p = json!({
+                "auto": true,
+                "action": d.action,
+                "tool": tool,
+                "decided_by": d.decided_by,
+                "reason": d.reason,
+            });
+            if let Some(t) = &tool_use_id {
+                p["tool_use_id"] = json!(t);
+            }
+            if let Some(g) = grant {
+                p["grant"] = json!(g);
+            } else if let Some(r) = &rule {
+                p["rule"] = json!(r.rule);
+            }
+            let kind = if d.action == "deny" {
+                "checkpoint.rejected"
+            } else {
+                "checkpoint.approved"
+            };
+            Draft {
+                session_id: draft.session_id.clone(),
+                event: object(json!({
+                    "type": kind,
+                    "actor": "dstream",
+                    "causation_id": cause,
+                    "payload": p,
+                    "metadata": {"source": source},
+                })),
+            }
+        };
+        if decision.action != "ask" {
+            let event = auto(&decision, None);
+            return (Some(decision), Some(event));
+        }
+        if let Some(g) =
+            self.checkpoints
+                .grant_for(&draft.session_id, cwd.as_deref(), &tool, input.as_ref())
+        {
+            decision = Decision {
+                action: "allow".into(),
+                reason: Some(format!(
+                    "allowed for this {} by checkpoint {}",
+                    g.scope, g.checkpoint_id
+                )),
+                decided_by: Some(format!("grant:{}", g.checkpoint_id)),
+                updated_input: None,
+                checkpoint: None,
+            };
+            let event = auto(&decision, Some(&g.checkpoint_id));
+            return (Some(decision), Some(event));
+        }
+        let key = match (&tool_use_id, kind) {
+            (Some(t), _) => t.clone(),
+            (None, RequestKind::Permission) => self
+                .joins
+                .get(&draft.session_id, &call_key)
+                .unwrap_or(call_key),
+            (None, RequestKind::ToolUse) => format!("event:{cause}"),
+        };
+        let (timeout_ms, on_timeout) = match &rule {
+            Some(RuleVerdict {
+                timeout_ms,
+                on_timeout,
+                ..
+            }) if rule.as_ref().is_some_and(|r| r.action.as_str() == "ask") => {
+                (*timeout_ms, *on_timeout)
+            }
+            _ => (policy.default_timeout_ms(), policy.default_on_timeout()),
+        };
+        let asking_rule = rule.as_ref().filter(|r| r.action.as_str() == "ask");
+        let request = NewRequest {
+            session_id: draft.session_id.clone(),
+            key,
+            summary: policy::summary(Some(&tool), input.as_ref()),
+            options: checkpoint::default_options(cwd.is_some()),
+            timeout_ms,
+            on_timeout: Some(on_timeout),
+            rule: asking_rule.map(|r| r.rule.clone()),
+            input_glob: asking_rule.and_then(|r| r.input_glob.clone()),
+            source: Some(source.to_string()),
+            cwd,
+            causation_id: Some(cause.to_string()),
+            tool: Some(tool.clone()),
+            input,
+        };
+        match self.checkpoints.prepare(request) {
+            Ok(Prepared::Existing(info)) => {
+                if let Some(d) = &info.decision {
+                    decision.action = d.action.clone();
+                    decision.reason = d
+                        .note
+                        .clone()
+                        .or(Some(format!("{} ({})", info.state, d.decision)));
+                    decision.decided_by = Some(d.decided_by.clone());
+                    decision.updated_input = d.input.clone();
+                }
+                decision.checkpoint = Some(info);
+                (Some(decision), None)
+            }
+            Ok(Prepared::New {
+                info,
+                event_id,
+                event,
+            }) => {
+                let mut map = object(serde_json::to_value(&event).unwrap_or(Json::Null));
+                map.insert("id".into(), json!(event_id));
+                decision.checkpoint = Some(info);
+                let follow = Draft {
+                    session_id: draft.session_id.clone(),
+                    event: map,
+                };
+                (Some(decision), Some(follow))
+            }
+            Err(e) => {
+                // No one could be asked: refuse the call rather than let it through unseen.
+                tracing::error!(error = %e, "cannot open a checkpoint; the call is denied");
+                decision.action = "deny".into();
+                decision.reason = Some(format!("dstream could not open a checkpoint: {e}"));
+                decision.decided_by = Some("dstream".into());
+                let event = auto(&decision, None);
+                (Some(decision), Some(event))
+            }
+        }
     }
 
     /// Asks every `decide` plugin about one tool call: deny beats ask beats allow; a plugin
@@ -476,6 +692,7 @@ impl Worker {
                         reason: Some(format!("plugin {} failed to decide: {why}", plugin.name())),
                         decided_by: Some(format!("plugin:{}", plugin.name())),
                         updated_input: None,
+                        checkpoint: None,
                     })
                 }
             };
@@ -496,6 +713,7 @@ impl Worker {
                             reason: Some(why),
                             decided_by: Some(format!("plugin:{}", plugin.name())),
                             updated_input: None,
+                            checkpoint: None,
                         }),
                     );
                 }
@@ -535,7 +753,20 @@ impl Worker {
                 .to_string();
             let session = draft.session_id.clone();
             let c = collector.clone();
+            let requested = (event_type == "checkpoint.requested")
+                .then(|| {
+                    draft
+                        .event
+                        .get("payload")
+                        .and_then(|p| p.get("checkpoint_id"))
+                        .and_then(Json::as_str)
+                        .map(|id| (self.checkpoints.clone(), id.to_string()))
+                })
+                .flatten();
             let ack = Ack::new(move |r| {
+                if let Some((checkpoints, id)) = &requested {
+                    checkpoints.recorded(id, r.as_ref());
+                }
                 let mut c = c.lock().unwrap();
                 match r {
                     Ok(a) => {
@@ -639,10 +870,21 @@ impl Collector {
         let Some(done) = self.done.take() else { return };
         match self.error.take() {
             Some(e) => done(Err(IngestError::Store(e))),
-            None => done(Ok(IngestResult {
-                events: self.events.drain(..).flatten().collect(),
-                decision: self.decision.take(),
-            })),
+            None => {
+                let events: Vec<IngestedEvent> = self.events.drain(..).flatten().collect();
+                let mut decision = self.decision.take();
+                // The reply goes out once the request is durable: the checkpoint is pending.
+                if let Some(c) = decision.as_mut().and_then(|d| d.checkpoint.as_mut())
+                    && c.state == "recording"
+                    && let Some(e) = events
+                        .iter()
+                        .find(|e| e.event_type == "checkpoint.requested")
+                {
+                    c.state = "pending".into();
+                    c.lsn = e.lsn;
+                }
+                done(Ok(IngestResult { events, decision }))
+            }
         }
     }
 }
@@ -654,6 +896,7 @@ fn verdict(plugin: &Plugin, action: &str, reason: Option<String>) -> Result<Deci
             reason,
             decided_by: Some(format!("plugin:{}", plugin.name())),
             updated_input: None,
+            checkpoint: None,
         }),
         other => Err(format!(
             "decide returned {other:?}; expected \"allow\", \"deny\", \"ask\" or nil"
@@ -674,14 +917,49 @@ fn strongest(a: Option<Decision>, b: Option<Decision>) -> Option<Decision> {
     }
 }
 
-/// A tool call not yet run: the events `decide` is asked about.
-fn is_tool_request(event: &Map<String, Json>) -> bool {
-    let phase = event.get("payload").and_then(|p| p.get("phase"));
-    event.get("type").and_then(Json::as_str) == Some("execution.tool_use")
-        && match phase {
-            None | Some(Json::Null) => true,
-            Some(p) => p.as_str() == Some("requested"),
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RequestKind {
+    /// A tool call not yet run.
+    ToolUse,
+    /// The agent's own permission prompt, which waits for an answer (`payload.awaited`).
+    Permission,
+}
+
+/// Whether `decide` is asked about this event, and as what.
+fn request_kind(event: &Map<String, Json>) -> Option<RequestKind> {
+    let payload = event.get("payload");
+    match event.get("type").and_then(Json::as_str)? {
+        "execution.tool_use" => match payload.and_then(|p| p.get("phase")) {
+            None | Some(Json::Null) => Some(RequestKind::ToolUse),
+            Some(p) if p.as_str() == Some("requested") => Some(RequestKind::ToolUse),
+            _ => None,
+        },
+        "execution.permission_requested"
+            if payload.and_then(|p| p.get("awaited")) == Some(&Json::Bool(true)) =>
+        {
+            Some(RequestKind::Permission)
         }
+        _ => None,
+    }
+}
+
+/// The event's id, given one now if it has none (a ULID), so later events can name it.
+fn ensure_id(event: &mut Map<String, Json>) -> String {
+    match event.get("id").and_then(Json::as_str) {
+        Some(id) if id.parse::<ulid::Ulid>().is_ok() => id.to_string(),
+        _ => {
+            let id = ulid::Ulid::new().to_string();
+            event.insert("id".into(), json!(id));
+            id
+        }
+    }
+}
+
+/// A tool call named by its tool and input (for the prompts that come without the call's id).
+fn call_key(tool: &str, input: Option<&Json>) -> String {
+    let text = input.map(Json::to_string).unwrap_or_default();
+    let id = checkpoint::checkpoint_id(tool, &text);
+    format!("call:{}", &id[3..])
 }
 
 fn object(v: Json) -> Map<String, Json> {

@@ -12,6 +12,7 @@ use interprocess::local_socket::{GenericFilePath, ListenerOptions, ToFsName};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use crate::checkpoint::Checkpoints;
 use crate::config::Config;
 use crate::hub::Hub;
 use crate::pipeline::{ConfigSource, Pipeline, PipelineSettings};
@@ -35,6 +36,8 @@ pub enum StartError {
     Listen { path: PathBuf, source: io::Error },
     #[error("cannot start the pipeline: {0}")]
     Pipeline(io::Error),
+    #[error("cannot rebuild the checkpoints: {0}")]
+    Checkpoints(io::Error),
 }
 
 /// A daemon ready to serve: its store open and recovered, its socket bound.
@@ -88,9 +91,12 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
         file: config.file.clone(),
         plugin_dir: config.plugin_dir_override.clone(),
     };
+    let checkpoints = Checkpoints::start(store.clone(), &data_dir, config.checkpoints.grant_ttl_ms)
+        .map_err(StartError::Checkpoints)?;
     let pipeline = Pipeline::start(
         store.clone(),
         hub.clone(),
+        checkpoints.clone(),
         PipelineSettings::from_config(&config, &source),
         source,
     )
@@ -110,6 +116,7 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
         store,
         hub,
         pipeline,
+        checkpoints,
         _watcher: watcher,
         stats: Default::default(),
         started,

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::checkpoint::Checkpoints;
 use crate::config::Config;
 use crate::hub::Hub;
 use crate::pipeline::Pipeline;
@@ -30,6 +31,7 @@ pub struct DaemonState {
     pub store: Store,
     pub hub: Arc<Hub>,
     pub pipeline: Arc<Pipeline>,
+    pub checkpoints: Arc<Checkpoints>,
     /// Watches the plugin folder and the config file while the daemon runs.
     pub _watcher: Option<crate::watch::Watcher>,
     pub stats: ServerStats,

@@ -75,6 +75,34 @@ impl Client {
         self.runtime.block_on(self.inner.stats())
     }
 
+    pub fn checkpoint_request(
+        &self,
+        params: &CheckpointRequestParams,
+    ) -> Result<CheckpointInfo, Error> {
+        self.runtime.block_on(self.inner.checkpoint_request(params))
+    }
+
+    pub fn checkpoint_await(
+        &self,
+        params: &CheckpointAwaitParams,
+    ) -> Result<CheckpointInfo, Error> {
+        self.runtime.block_on(self.inner.checkpoint_await(params))
+    }
+
+    pub fn checkpoint_resolve(
+        &self,
+        params: &CheckpointResolveParams,
+    ) -> Result<CheckpointInfo, Error> {
+        self.runtime.block_on(self.inner.checkpoint_resolve(params))
+    }
+
+    pub fn checkpoint_list(
+        &self,
+        params: &CheckpointListParams,
+    ) -> Result<Vec<CheckpointInfo>, Error> {
+        self.runtime.block_on(self.inner.checkpoint_list(params))
+    }
+
     /// Subscribes; iterate the result to receive items.
     pub fn subscribe(&self, session_id: &str, from_lsn: u64) -> Result<Subscription<'_>, Error> {
         let inner = self

@@ -306,6 +306,38 @@ impl Client {
     pub async fn stats(&self) -> Result<StatsResult, Error> {
         self.call("stats", &json!({})).await
     }
+
+    /// Opens a checkpoint (or finds the one `params.key` already has) once it is durable.
+    pub async fn checkpoint_request(
+        &self,
+        params: &CheckpointRequestParams,
+    ) -> Result<CheckpointInfo, Error> {
+        self.call("checkpoint.request", params).await
+    }
+
+    /// Waits until the checkpoint is decided (or `timeout_ms` passes: then still pending).
+    pub async fn checkpoint_await(
+        &self,
+        params: &CheckpointAwaitParams,
+    ) -> Result<CheckpointInfo, Error> {
+        self.call("checkpoint.await", params).await
+    }
+
+    /// Decides a checkpoint; the first decision wins, a later one is an error naming it.
+    pub async fn checkpoint_resolve(
+        &self,
+        params: &CheckpointResolveParams,
+    ) -> Result<CheckpointInfo, Error> {
+        self.call("checkpoint.resolve", params).await
+    }
+
+    pub async fn checkpoint_list(
+        &self,
+        params: &CheckpointListParams,
+    ) -> Result<Vec<CheckpointInfo>, Error> {
+        let r: CheckpointListResult = self.call("checkpoint.list", params).await?;
+        Ok(r.checkpoints)
+    }
 }
 
 /// A live subscription. Items arrive in LSN order, each event exactly once.

@@ -48,6 +48,12 @@ pub mod codes {
     pub const OVERLOADED: i64 = -32008;
     /// The connecting process runs as another user than the daemon.
     pub const PEER_REFUSED: i64 = -32009;
+    /// No checkpoint has that id (or it was decided long ago and is no longer held).
+    pub const CHECKPOINT_NOT_FOUND: i64 = -32010;
+    /// The checkpoint was already decided; the message names the first decision.
+    pub const CHECKPOINT_DECIDED: i64 = -32011;
+    /// The checkpoint's request is still being written; try again shortly.
+    pub const CHECKPOINT_NOT_READY: i64 = -32012;
 }
 
 /// A request frame as the client sends it.
@@ -346,6 +352,9 @@ pub struct StatsResult {
     /// Per-plugin counters, as in `plugins.list`.
     #[serde(default)]
     pub plugins: Vec<PluginInfo>,
+    /// Checkpoints waiting for a decision.
+    #[serde(default)]
+    pub pending_checkpoints: u64,
 }
 
 // ---- ingest ----
@@ -396,6 +405,203 @@ pub struct Decision {
     /// The tool input to use instead of the original, when the decider edited it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_input: Option<Value>,
+    /// For `ask`: the checkpoint that holds the call until a person decides (await it with
+    /// `checkpoint.await`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<CheckpointInfo>,
+}
+
+// ---- checkpoints ----
+
+/// One choice a person may pick for a checkpoint. On the wire either a plain string (its id;
+/// `reject` denies, anything else allows) or an object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "OptionWire")]
+pub struct CheckpointOption {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// `allow` or `deny`: what picking it does to the call.
+    pub action: String,
+    /// `session` or `project`: picking it also allows matching calls for the rest of the
+    /// session (or in the project directory) until the grant expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum OptionWire {
+    Id(String),
+    Full {
+        id: String,
+        #[serde(default)]
+        label: Option<String>,
+        #[serde(default)]
+        action: Option<String>,
+        #[serde(default)]
+        scope: Option<String>,
+    },
+}
+
+impl From<OptionWire> for CheckpointOption {
+    fn from(w: OptionWire) -> Self {
+        let default_action = |id: &str| if id == "reject" { "deny" } else { "allow" }.to_string();
+        match w {
+            OptionWire::Id(id) => CheckpointOption {
+                action: default_action(&id),
+                id,
+                label: None,
+                scope: None,
+            },
+            OptionWire::Full {
+                id,
+                label,
+                action,
+                scope,
+            } => CheckpointOption {
+                action: action.unwrap_or_else(|| default_action(&id)),
+                id,
+                label,
+                scope,
+            },
+        }
+    }
+}
+
+/// `checkpoint.request`: hold something until a person decides. For SDK and FFI callers; an
+/// agent's tool calls get theirs through `ingest` and the policy.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointRequestParams {
+    pub session_id: String,
+    /// Stable per thing asked about (a tool call id, say): the same key gets the same
+    /// checkpoint, never a second one.
+    pub key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Value>,
+    /// One line for the person deciding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    /// The choices (default: approve, reject).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub options: Option<Vec<CheckpointOption>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// `allow` or `deny` (the decision applied at the deadline).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_timeout: Option<String>,
+}
+
+/// `checkpoint.await`: wait until the checkpoint is decided or expired.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointAwaitParams {
+    pub id: String,
+    /// The checkpoint's session: lets the daemon find a checkpoint it no longer holds in
+    /// memory in that session's log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// Give up waiting after this long and return the checkpoint as it stands (pending).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// `checkpoint.resolve`: decide. The first valid decision wins.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointResolveParams {
+    pub id: String,
+    /// `approve`, `reject`, or the id of one of the checkpoint's options.
+    pub decision: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// The input to run instead (an edited command, say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Value>,
+}
+
+/// `checkpoint.list`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointListParams {
+    /// `pending`, `approved`, `rejected` or `expired`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CheckpointListResult {
+    /// Oldest first.
+    pub checkpoints: Vec<CheckpointInfo>,
+}
+
+/// How a checkpoint was decided.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointDecision {
+    /// `approve`, `reject`, an option's id, or the default applied at the deadline.
+    pub decision: String,
+    /// `allow` or `deny`.
+    pub action: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// The edited input, when the person changed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Value>,
+    /// `user:<name>` (from the OS credentials of the deciding client), `rule:<n>`, or `timeout`.
+    pub decided_by: String,
+    pub decided_ms: u64,
+    /// The id of the event that recorded the decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_id: Option<String>,
+}
+
+/// A checkpoint as clients see it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointInfo {
+    pub id: String,
+    pub session_id: String,
+    pub key: String,
+    /// `recording` (being written), `pending`, `approved`, `rejected` or `expired`.
+    pub state: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// The tool's input (in lists and awaits that ask for detail).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Value>,
+    pub summary: String,
+    pub options: Vec<CheckpointOption>,
+    pub created_ms: u64,
+    pub deadline_ms: u64,
+    /// `allow` or `deny`, applied at the deadline.
+    pub on_timeout: String,
+    /// The rule that asked, if a rule did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// LSN of the `checkpoint.requested` event in the session's log.
+    #[serde(default)]
+    pub lsn: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<CheckpointDecision>,
+    /// Whether a waiting client has been handed the decision.
+    #[serde(default)]
+    pub delivered: bool,
+}
+
+impl CheckpointInfo {
+    pub fn is_pending(&self) -> bool {
+        matches!(self.state.as_str(), "pending" | "recording")
+    }
 }
 
 // ---- plugins ----

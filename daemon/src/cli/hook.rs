@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
 use dstream_sdk::protocol::{
-    DEFAULT_MAX_FRAME_BYTES, Decision, HelloResult, IngestParams, IngestResult, RpcError, codes,
+    CheckpointAwaitParams, CheckpointInfo, DEFAULT_MAX_FRAME_BYTES, Decision, HelloResult,
+    IngestParams, IngestResult, RpcError, codes,
 };
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -33,6 +34,11 @@ use serde_json::{Value, json};
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Default for `DSTREAM_HOOK_TIMEOUT_MS`: how long the whole exchange may take.
 const DEFAULT_TIMEOUT_MS: u64 = 30_000;
+/// How long past a checkpoint's deadline the hook waits for the daemon's verdict before it
+/// applies the checkpoint's default itself (the daemon may be restarting).
+const CHECKPOINT_GRACE: Duration = Duration::from_secs(5);
+/// Pauses between attempts to reach a daemon that went away while a checkpoint was pending.
+const RECONNECT_PAUSES_MS: &[u64] = &[50, 100, 200, 400, 800, 1000];
 /// The most of stdin the hook reads. Anything longer is not parsed (see [`read_input`]).
 const MAX_INPUT_BYTES: usize = 64 << 20;
 /// The longest reply line the hook accepts from the daemon.
@@ -183,6 +189,8 @@ enum Step {
     /// stdin was read: the event's kind, for answering without the daemon.
     Input(Option<String>),
     Connected,
+    /// The call waits for a person: the deadlines are the checkpoint's from now on.
+    Waiting(CheckpointInfo),
     Reply(Result<(IngestResult, bool), Failure>),
 }
 
@@ -193,6 +201,9 @@ enum Failure {
     Rpc(RpcError),
     BadReply(String),
     Timeout(&'static str),
+    /// No verdict on a pending checkpoint reached the hook by its deadline (the daemon was
+    /// gone): its default applies.
+    Undecided(Box<CheckpointInfo>),
 }
 
 impl std::fmt::Display for Failure {
@@ -203,6 +214,11 @@ impl std::fmt::Display for Failure {
             Failure::Rpc(e) => write!(f, "the daemon refused the event: {e}"),
             Failure::BadReply(m) => write!(f, "the daemon's reply was not understood: {m}"),
             Failure::Timeout(what) => write!(f, "timed out {what}"),
+            Failure::Undecided(c) => write!(
+                f,
+                "no decision on checkpoint {} reached the hook by its deadline",
+                c.id
+            ),
         }
     }
 }
@@ -255,9 +271,23 @@ fn watch(
     let mut kind = None;
     let mut phase = "reading the event from stdin";
     let mut phase_deadline = deadline;
+    let mut waiting = None;
     loop {
         let wait = phase_deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(wait) {
+            Ok(Step::Waiting(checkpoint)) => {
+                phase = "waiting for a decision";
+                let left =
+                    Duration::from_millis(checkpoint.deadline_ms.saturating_sub(crate_now_ms()));
+                phase_deadline = Instant::now() + left + CHECKPOINT_GRACE;
+                waiting = Some(checkpoint);
+            }
+            Err(RecvTimeoutError::Timeout) if waiting.is_some() => {
+                return (
+                    kind,
+                    Err(Failure::Undecided(Box::new(waiting.take().expect("set")))),
+                );
+            }
             Ok(Step::Input(k)) => {
                 kind = k;
                 phase = "connecting to the daemon";
@@ -482,16 +512,8 @@ fn exchange(
     mut input: Input,
     tx: &mpsc::Sender<Step>,
 ) -> Result<(IngestResult, bool), Failure> {
-    let stream = connect(socket).map_err(|e| match e.kind() {
-        io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => Failure::NotRunning(e),
-        _ => Failure::Io(e),
-    })?;
+    let mut conn = Conn::open(socket)?;
     let _ = tx.send(Step::Connected);
-    let mut conn = Conn {
-        reader: BufReader::new(stream.try_clone().map_err(Failure::Io)?),
-        writer: stream,
-        next_id: 1,
-    };
     let session_id = input
         .session_id
         .take()
@@ -508,8 +530,17 @@ fn exchange(
         };
         match conn.call("ingest", &params)? {
             Ok(result) => {
-                let result: IngestResult =
+                let mut result: IngestResult =
                     serde_json::from_value(result).map_err(|e| Failure::BadReply(e.to_string()))?;
+                if let Some(d) = &mut result.decision
+                    && d.action == "ask"
+                    && let Some(checkpoint) = d.checkpoint.clone()
+                    && checkpoint.decision.is_none()
+                {
+                    let _ = tx.send(Step::Waiting(checkpoint.clone()));
+                    let decided = await_decision(conn, socket, checkpoint)?;
+                    *d = decision_of(decided);
+                }
                 return Ok((result, altered));
             }
             // The daemon runs with a smaller frame limit than the default: learn it, cut the
@@ -530,6 +561,82 @@ fn exchange(
     }
 }
 
+/// Waits for a person's decision on `checkpoint`, across daemon restarts: a lost connection
+/// is made again (the checkpoint is rebuilt from the log on the daemon's side) and the await
+/// sent again, until the main thread's deadline ends the hook.
+fn await_decision(
+    conn: Conn,
+    socket: &std::path::Path,
+    checkpoint: CheckpointInfo,
+) -> Result<CheckpointInfo, Failure> {
+    let params = CheckpointAwaitParams {
+        id: checkpoint.id.clone(),
+        session_id: Some(checkpoint.session_id.clone()),
+        timeout_ms: None,
+    };
+    let mut conn = Some(conn);
+    let mut attempt = 0;
+    loop {
+        let c = match conn.as_mut() {
+            Some(c) => c,
+            None => match Conn::open(socket) {
+                Ok(c) => conn.insert(c),
+                Err(_) => {
+                    let pause = RECONNECT_PAUSES_MS[attempt.min(RECONNECT_PAUSES_MS.len() - 1)];
+                    attempt += 1;
+                    std::thread::sleep(Duration::from_millis(pause));
+                    continue;
+                }
+            },
+        };
+        match c.call("checkpoint.await", &params) {
+            Ok(Ok(v)) => {
+                let info: CheckpointInfo =
+                    serde_json::from_value(v).map_err(|e| Failure::BadReply(e.to_string()))?;
+                if info.decision.is_some() {
+                    return Ok(info);
+                }
+            }
+            // A daemon on its way down: wait for the next one.
+            Ok(Err(e)) if e.code == codes::SHUTTING_DOWN => conn = None,
+            Ok(Err(e)) => return Err(Failure::Rpc(e)),
+            Err(_) => conn = None,
+        }
+    }
+}
+
+/// A decided checkpoint as the verdict the agent gets.
+fn decision_of(checkpoint: CheckpointInfo) -> Decision {
+    let d = checkpoint.decision.clone().expect("decided");
+    let mut reason = match checkpoint.state.as_str() {
+        "expired" => format!(
+            "nobody decided before the deadline; dstream applied the default ({})",
+            d.action
+        ),
+        state => format!(
+            "{state} by {} (dstream checkpoint {})",
+            d.decided_by, checkpoint.id
+        ),
+    };
+    if let Some(note) = &d.note {
+        reason.push_str(": ");
+        reason.push_str(note);
+    }
+    Decision {
+        action: d.action.clone(),
+        reason: Some(reason),
+        decided_by: Some(d.decided_by.clone()),
+        updated_input: d.input.clone(),
+        checkpoint: Some(checkpoint),
+    }
+}
+
+fn crate_now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// One connection to the daemon, used for one request at a time.
 struct Conn {
     reader: BufReader<Stream>,
@@ -538,6 +645,18 @@ struct Conn {
 }
 
 impl Conn {
+    fn open(socket: &std::path::Path) -> Result<Conn, Failure> {
+        let stream = connect(socket).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => Failure::NotRunning(e),
+            _ => Failure::Io(e),
+        })?;
+        Ok(Conn {
+            reader: BufReader::new(stream.try_clone().map_err(Failure::Io)?),
+            writer: stream,
+            next_id: 1,
+        })
+    }
+
     /// Sends a request and waits for its response. The deadline is the main thread's.
     fn call(
         &mut self,
@@ -639,6 +758,18 @@ fn answer(
             None => Verdict::Pass,
             Some(d) => verdict_of(d, *altered, fail_closed),
         },
+        // The daemon would have applied the checkpoint's default by now; so does the hook.
+        Err(e @ Failure::Undecided(c)) => {
+            let reason = format!("{e}; its default ({}) applies", c.on_timeout);
+            if c.on_timeout == "allow" {
+                Verdict::Allow {
+                    reason,
+                    updated_input: None,
+                }
+            } else {
+                Verdict::Deny(reason)
+            }
+        }
         Err(e) if fail_closed => Verdict::Deny(format!(
             "dstream could not check this tool call: {e}. Denied because the dstream hook runs \
              fail-closed"
@@ -749,6 +880,7 @@ mod tests {
             reason: Some("because".into()),
             decided_by: Some("rule:test".into()),
             updated_input: Some(json!({"command": "ls -la"})),
+            checkpoint: None,
         }
     }
 
@@ -853,6 +985,7 @@ mod tests {
             reason: None,
             decided_by: Some("rule:no-rm".into()),
             updated_input: None,
+            checkpoint: None,
         };
         match verdict_of(&d, false, false) {
             Verdict::Deny(r) => assert_eq!(r, "denied by rule:no-rm (dstream)"),

@@ -1,5 +1,6 @@
 //! Command-line interface: argument definitions and dispatch.
 
+mod checkpoint_cmds;
 mod client_cmds;
 mod daemon_cmd;
 mod hook;
@@ -50,6 +51,12 @@ enum Command {
     Stats(client_cmds::StatsArgs),
     /// Move a quarantined session's damage aside and take appends again.
     Repair(client_cmds::RepairArgs),
+    /// List the checkpoints waiting for a decision.
+    Pending(checkpoint_cmds::PendingArgs),
+    /// Let a held tool call run (optionally with an edited input).
+    Approve(checkpoint_cmds::ApproveArgs),
+    /// Refuse a held tool call.
+    Reject(checkpoint_cmds::RejectArgs),
     /// List, check or reload the plugins.
     Plugins(plugins_cmd::PluginsArgs),
     /// Report one agent hook event to the daemon and answer in the agent's format (agents run this).
@@ -93,6 +100,9 @@ pub fn main() -> ExitCode {
         Command::Stats(args) => client_cmds::stats(args),
         Command::Repair(args) => client_cmds::repair(args),
         Command::Plugins(args) => plugins_cmd::run(args),
+        Command::Pending(args) => checkpoint_cmds::pending(args),
+        Command::Approve(args) => checkpoint_cmds::approve(args),
+        Command::Reject(args) => checkpoint_cmds::reject(args),
         Command::Hook(args) => Ok(hook::run(args)),
         Command::Install(args) => install::install(args),
         Command::Uninstall(args) => install::uninstall(args),

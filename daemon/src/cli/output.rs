@@ -18,6 +18,16 @@ pub fn bytes(n: u64) -> String {
     }
 }
 
+/// `3s`, `2m 05s`, `1h 02m`: a duration for people.
+pub fn age(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3600 => format!("{}m {:02}s", s / 60, s % 60),
+        s => format!("{}h {:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
 /// The first `max` characters of `s`, with `…` when cut.
 pub fn clip(s: &str, max: usize) -> String {
     match s.char_indices().nth(max) {

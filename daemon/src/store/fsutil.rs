@@ -62,6 +62,23 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// Writes `path` atomically and durably: a temporary file beside it, synced, renamed over it,
+/// and the directory synced. Readers see the old bytes or the new, never a mix.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    let mut f = private_file()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)?;
+    io::Write::write_all(&mut f, bytes)?;
+    f.sync_all()?;
+    fs::rename(&tmp, path)?;
+    sync_dir(path.parent().unwrap_or(Path::new(".")))
+}
+
 /// The process's limit on open descriptors, where the OS reports one.
 pub fn open_file_limit() -> Option<u64> {
     #[cfg(unix)]

@@ -35,15 +35,7 @@ impl Gaps {
 
     /// Writes `path` atomically and durably.
     pub fn save(&self, path: &Path) -> io::Result<()> {
-        let tmp = path.with_extension("gaps.tmp");
-        let mut f = super::fsutil::private_file()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)?;
-        io::Write::write_all(&mut f, &serde_json::to_vec(self).map_err(io::Error::other)?)?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)?;
-        super::fsutil::sync_dir(path.parent().unwrap_or(Path::new(".")))
+        let bytes = serde_json::to_vec(self).map_err(io::Error::other)?;
+        super::fsutil::write_atomic(path, &bytes)
     }
 }

@@ -1,5 +1,7 @@
 //! JSON-RPC parsing, method dispatch and reply encoding.
 
+mod checkpoints;
+
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -37,6 +39,8 @@ pub struct Caller {
     pub out: Outbound,
     in_flight: Arc<Semaphore>,
     subscriptions: HashMap<String, JoinHandle<()>>,
+    /// Requests answered later (`checkpoint.await`): ended with the connection.
+    waiting: Vec<JoinHandle<()>>,
     next_subscription: u64,
 }
 
@@ -47,6 +51,7 @@ impl Caller {
             out,
             in_flight: Arc::new(Semaphore::new(MAX_APPENDS_IN_FLIGHT)),
             subscriptions: HashMap::new(),
+            waiting: Vec::new(),
             next_subscription: 0,
         }
     }
@@ -54,6 +59,12 @@ impl Caller {
     fn new_subscription_id(&mut self) -> String {
         self.next_subscription += 1;
         format!("sub-{}", self.next_subscription)
+    }
+
+    /// Keeps a request that answers later, so it ends with the connection.
+    fn keep_waiting(&mut self, task: JoinHandle<()>) {
+        self.waiting.retain(|t| !t.is_finished());
+        self.waiting.push(task);
     }
 
     /// Starts a subscription's feed, after its reply was sent.
@@ -65,6 +76,9 @@ impl Caller {
 impl Drop for Caller {
     fn drop(&mut self) {
         for (_, task) in self.subscriptions.drain() {
+            task.abort();
+        }
+        for task in self.waiting.drain(..) {
             task.abort();
         }
     }
@@ -356,6 +370,13 @@ pub async fn dispatch(
             Err(e) => now(Err(e)),
         },
         "plugins.list" => now(to_json(&plugins_list(&state.pipeline.plugins()))),
+        "checkpoint.request" => now(checkpoints::request(state, raw).await),
+        "checkpoint.resolve" => now(checkpoints::resolve(state, caller, raw).await),
+        "checkpoint.list" => now(checkpoints::list(state, raw).await),
+        "checkpoint.await" => match checkpoints::wait(state, caller, raw, id) {
+            Ok(reply) => reply,
+            Err(e) => now(Err(e)),
+        },
         "plugins.reload" => {
             let pipeline = state.pipeline.clone();
             match tokio::task::spawn_blocking(move || pipeline.reload()).await {
@@ -716,6 +737,7 @@ fn stats(state: &DaemonState) -> RpcResult {
         overloaded: state.stats.overloaded.load(relaxed),
         ingested: state.pipeline.ingested.load(relaxed),
         plugins: state.pipeline.plugins().infos(),
+        pending_checkpoints: state.checkpoints.pending_count() as u64,
     })
 }
 

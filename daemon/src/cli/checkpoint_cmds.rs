@@ -1,0 +1,173 @@
+//! The commands of the person deciding: `pending`, `approve`, `reject`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use dstream_sdk::protocol::{CheckpointInfo, CheckpointListParams, CheckpointResolveParams, codes};
+use dstream_sdk::{Client, Error};
+
+use super::ClientOpts;
+use super::client_cmds::{connect, print_json, runtime};
+use super::output;
+
+#[derive(Args)]
+pub struct PendingArgs {
+    /// Only this session's checkpoints.
+    #[arg(long)]
+    session: Option<String>,
+    #[command(flatten)]
+    opts: ClientOpts,
+}
+
+#[derive(Args)]
+pub struct ApproveArgs {
+    /// The checkpoint (as `dstream pending` shows it).
+    id: String,
+    /// Why, for the agent and the log.
+    #[arg(long)]
+    note: Option<String>,
+    /// Run the call with this input instead: a JSON file (`-` for stdin), e.g. the edited
+    /// command `{"command": "ls -la"}`.
+    #[arg(long, value_name = "FILE")]
+    edit: Option<PathBuf>,
+    /// Pick one of the checkpoint's options instead of a plain approve (e.g. approve_session).
+    #[arg(long)]
+    option: Option<String>,
+    #[command(flatten)]
+    opts: ClientOpts,
+}
+
+#[derive(Args)]
+pub struct RejectArgs {
+    /// The checkpoint (as `dstream pending` shows it).
+    id: String,
+    /// Why, for the agent and the log.
+    #[arg(long)]
+    note: Option<String>,
+    #[command(flatten)]
+    opts: ClientOpts,
+}
+
+pub fn pending(args: PendingArgs) -> anyhow::Result<ExitCode> {
+    runtime()?.block_on(async {
+        let client = connect(&args.opts).await?;
+        let list = client
+            .checkpoint_list(&CheckpointListParams {
+                state: Some("pending".into()),
+                session_id: args.session.clone(),
+                limit: None,
+            })
+            .await?;
+        if args.opts.json {
+            for c in &list {
+                print_json(c)?;
+            }
+        } else if list.is_empty() {
+            println!("no pending checkpoints");
+        } else {
+            for c in &list {
+                println!("{}", pending_line(c, super::checkpoint_cmds::now_ms()));
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+pub fn approve(args: ApproveArgs) -> anyhow::Result<ExitCode> {
+    let input = match &args.edit {
+        None => None,
+        Some(path) => {
+            let text = if path.as_os_str() == "-" {
+                std::io::read_to_string(std::io::stdin()).context("read the edited input")?
+            } else {
+                std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?
+            };
+            let value: serde_json::Value = serde_json::from_str(&text)
+                .with_context(|| format!("{} is not JSON", path.display()))?;
+            if !value.is_object() {
+                bail!(
+                    "{} must hold a JSON object: the tool's whole input",
+                    path.display()
+                );
+            }
+            Some(value)
+        }
+    };
+    let decision = args.option.clone().unwrap_or_else(|| "approve".into());
+    resolve(&args.opts, &args.id, decision, args.note, input)
+}
+
+pub fn reject(args: RejectArgs) -> anyhow::Result<ExitCode> {
+    resolve(&args.opts, &args.id, "reject".into(), args.note, None)
+}
+
+fn resolve(
+    opts: &ClientOpts,
+    id: &str,
+    decision: String,
+    note: Option<String>,
+    input: Option<serde_json::Value>,
+) -> anyhow::Result<ExitCode> {
+    runtime()?.block_on(async {
+        let client = connect(opts).await?;
+        let params = CheckpointResolveParams {
+            id: id.to_string(),
+            decision,
+            note,
+            input,
+        };
+        let info = resolve_retrying(&client, &params).await?;
+        if opts.json {
+            print_json(&info)?;
+        } else {
+            let d = info.decision.as_ref();
+            println!(
+                "{} {} ({}) by {}: {}",
+                info.id,
+                info.state,
+                d.map_or("", |d| d.decision.as_str()),
+                d.map_or("", |d| d.decided_by.as_str()),
+                info.summary
+            );
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// A checkpoint seen the instant it was written may still be syncing: try a few times.
+async fn resolve_retrying(
+    client: &Client,
+    params: &CheckpointResolveParams,
+) -> Result<CheckpointInfo, Error> {
+    let mut tries = 0;
+    loop {
+        match client.checkpoint_resolve(params).await {
+            Err(e) if e.code() == Some(codes::CHECKPOINT_NOT_READY) && tries < 20 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// `ck_…  2m ago  4m left  session  Bash: rm -rf build`
+pub fn pending_line(c: &CheckpointInfo, now: u64) -> String {
+    format!(
+        "{}  {:>8} ago  {:>8} left  {}  {}",
+        c.id,
+        output::age(now.saturating_sub(c.created_ms)),
+        output::age(c.deadline_ms.saturating_sub(now)),
+        output::clip(&c.session_id, 24),
+        output::clip(&c.summary, 100),
+    )
+}
