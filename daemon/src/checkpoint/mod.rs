@@ -39,6 +39,8 @@ const DECIDED_KEPT: usize = 4096;
 const LOOKBACK: u64 = 2000;
 /// Pending checkpoints listed at most per `checkpoint.list`.
 const LIST_MAX: usize = 10_000;
+/// The journal of checkpoint ids and their sessions is cut back to its newest half past this.
+const JOURNAL_MAX_BYTES: u64 = 1 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
@@ -234,6 +236,64 @@ impl Checkpoints {
         self.dir.join("grants.json")
     }
 
+    /// `ids`: one `<checkpoint id> <session>` line per checkpoint opened, newest last, so that
+    /// a decision or an await for an id no longer in memory (decided before a restart) finds
+    /// its session's log. A hint, not a record: the logs are the record.
+    fn journal_path(&self) -> PathBuf {
+        self.dir.join("ids")
+    }
+
+    fn journal(&self, id: &str, session: &str) {
+        use std::io::Write;
+        let path = self.journal_path();
+        let appended = crate::store::private_append(&path)
+            .and_then(|mut f| writeln!(f, "{id} {session}").map(|_| f))
+            .and_then(|f| f.metadata());
+        match appended {
+            Ok(meta) if meta.len() > JOURNAL_MAX_BYTES => {
+                let keep = std::fs::read(&path).ok().map(|bytes| {
+                    let half = bytes.len() / 2;
+                    let start =
+                        memchr::memchr(b'\n', &bytes[half..]).map_or(half, |i| half + i + 1);
+                    bytes[start..].to_vec()
+                });
+                if let Some(keep) = keep {
+                    let _ = crate::store::write_atomic(&path, &keep);
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot note a checkpoint id in checkpoints/ids"),
+        }
+    }
+
+    /// The session of a checkpoint no longer in memory, from the journal.
+    fn session_of(&self, id: &str) -> Option<String> {
+        let bytes = std::fs::read(self.journal_path()).ok()?;
+        let text = String::from_utf8_lossy(&bytes);
+        text.lines().rev().find_map(|line| {
+            let (i, session) = line.split_once(' ')?;
+            (i == id).then(|| session.to_string())
+        })
+    }
+
+    /// A checkpoint from memory, else from its session's log (found through the journal
+    /// when `session` is not given).
+    fn find(&self, id: &str, session: Option<&str>) -> Result<(), CheckpointError> {
+        if self.table.lock().unwrap().entries.contains_key(id) {
+            return Ok(());
+        }
+        let session = match session {
+            Some(s) => s.to_string(),
+            None => self
+                .session_of(id)
+                .ok_or_else(|| CheckpointError::NotFound(id.to_string()))?,
+        };
+        match self.lookup(&session, id)? {
+            Some(_) => Ok(()),
+            None => Err(CheckpointError::NotFound(id.to_string())),
+        }
+    }
+
     fn rebuild(&self) -> std::io::Result<()> {
         let mut table = self.table.lock().unwrap();
         for dirent in std::fs::read_dir(self.dir.join("open"))? {
@@ -416,6 +476,7 @@ impl Checkpoints {
             if let Some(e) = table.entries.get(&id) {
                 return Ok(Prepared::Existing(e.info.clone()));
             }
+            self.journal(&id, &req.session_id);
             let open = table.open.get(&req.session_id).copied().unwrap_or(0);
             if open == 0 {
                 // Before the request is in the log, so a restart finds it.
@@ -509,6 +570,7 @@ impl Checkpoints {
         id: &str,
         r: Resolution,
     ) -> Result<CheckpointInfo, CheckpointError> {
+        self.find(id, None)?;
         self.decide(id, r, false).await
     }
 
@@ -683,14 +745,8 @@ impl Checkpoints {
             }
         };
         let Some(rx) = rx else {
-            let Some(session) = session else {
-                return Err(CheckpointError::NotFound(id.to_string()));
-            };
-            return match self.lookup(session, id)? {
-                Some(info) if info.decision.is_some() => Ok(info),
-                Some(_) => Box::pin(self.wait(id, None, timeout)).await,
-                None => Err(CheckpointError::NotFound(id.to_string())),
-            };
+            self.find(id, session)?;
+            return Box::pin(self.wait(id, None, timeout)).await;
         };
         let decided = match timeout {
             Some(t) => match tokio::time::timeout(t, rx).await {

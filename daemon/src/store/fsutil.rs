@@ -62,6 +62,11 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// Opens `path` (owner-only, created if missing) for appending.
+pub fn private_append(path: &Path) -> io::Result<File> {
+    private_file().append(true).create(true).open(path)
+}
+
 /// Writes `path` atomically and durably: a temporary file beside it, synced, renamed over it,
 /// and the directory synced. Readers see the old bytes or the new, never a mix.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {

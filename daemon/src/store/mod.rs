@@ -42,7 +42,7 @@ use serde_json::value::RawValue;
 
 pub use commit::Ack;
 pub use error::StoreError;
-pub use fsutil::{create_private_dir, write_atomic};
+pub use fsutil::{create_private_dir, private_append, write_atomic};
 pub use reader::{QueryFilter, ReadPage, read_range};
 pub use repair::RepairReport;
 pub use session::{EventJson, Quarantine, Session, SessionMeta, SessionState};
