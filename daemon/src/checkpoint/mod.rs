@@ -17,7 +17,7 @@
 
 pub mod policy;
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -122,14 +122,50 @@ pub struct Grant {
 }
 
 struct Entry {
-    /// Without the input (it stays in the log), so a pending checkpoint costs a few hundred
-    /// bytes of memory.
+    /// Without the input (it stays in the log) and the options (shared, in `options`), so a
+    /// pending checkpoint costs a few hundred bytes of memory.
     info: CheckpointInfo,
+    options: Arc<[CheckpointOption]>,
     request_event_id: String,
     input_glob: Option<String>,
     /// A decision being written: who makes it.
     deciding: Option<String>,
     waiters: Vec<oneshot::Sender<CheckpointInfo>>,
+}
+
+impl Entry {
+    fn new(mut info: CheckpointInfo, request_event_id: String, input_glob: Option<String>) -> Self {
+        let options = intern(std::mem::take(&mut info.options));
+        Entry {
+            info,
+            options,
+            request_event_id,
+            input_glob,
+            deciding: None,
+            waiters: Vec::new(),
+        }
+    }
+
+    /// The checkpoint as clients see it.
+    fn view(&self) -> CheckpointInfo {
+        let mut info = self.info.clone();
+        info.options = self.options.to_vec();
+        info
+    }
+}
+
+/// One shared copy of each set of options in use (agents' calls all have the same few).
+fn intern(options: Vec<CheckpointOption>) -> Arc<[CheckpointOption]> {
+    static SETS: Mutex<Vec<Arc<[CheckpointOption]>>> = Mutex::new(Vec::new());
+    let mut sets = SETS.lock().unwrap();
+    if let Some(known) = sets.iter().find(|s| s[..] == options[..]) {
+        return known.clone();
+    }
+    let set: Arc<[CheckpointOption]> = options.into();
+    if sets.len() < 32 {
+        sets.push(set.clone());
+    }
+    set
 }
 
 #[derive(Default)]
@@ -139,6 +175,10 @@ struct Table {
     deadlines: BTreeSet<(u64, String)>,
     /// Open (recording or pending) checkpoints per session: its marker exists while > 0.
     open: HashMap<String, usize>,
+    /// The ids in the journal (see [`Checkpoints::journal`]), as [`id_hash`]es: only a key
+    /// whose id is here can have a checkpoint in a log that memory no longer holds, so a
+    /// new key costs no log read.
+    journaled: HashSet<u64>,
     grants: Vec<Grant>,
 }
 
@@ -166,6 +206,16 @@ pub fn checkpoint_id(session: &str, key: &str) -> String {
     let digest = h.finalize();
     let hex: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
     format!("ck_{hex}")
+}
+
+/// A checkpoint id folded to 64 bits (ids are hashes already).
+fn id_hash(id: &str) -> u64 {
+    id.get(3..19)
+        .and_then(|h| u64::from_str_radix(h, 16).ok())
+        .unwrap_or_else(|| {
+            let d = Sha256::digest(id.as_bytes());
+            u64::from_le_bytes(d[..8].try_into().expect("8 bytes"))
+        })
 }
 
 /// The choices of an agent's tool call.
@@ -243,8 +293,10 @@ impl Checkpoints {
         self.dir.join("ids")
     }
 
-    fn journal(&self, id: &str, session: &str) {
+    /// Notes `id` in the journal; called with the table locked.
+    fn journal(&self, table: &mut Table, id: &str, session: &str) {
         use std::io::Write;
+        table.journaled.insert(id_hash(id));
         let path = self.journal_path();
         let appended = crate::store::private_append(&path)
             .and_then(|mut f| writeln!(f, "{id} {session}").map(|_| f))
@@ -259,6 +311,7 @@ impl Checkpoints {
                 });
                 if let Some(keep) = keep {
                     let _ = crate::store::write_atomic(&path, &keep);
+                    table.journaled = journaled_ids(&keep);
                 }
             }
             Ok(_) => {}
@@ -349,6 +402,7 @@ impl Checkpoints {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
+        table.journaled = journaled_ids(&std::fs::read(self.journal_path()).unwrap_or_default());
         trim_decided(&mut table);
         let pending = table.deadlines.len();
         drop(table);
@@ -396,7 +450,7 @@ impl Checkpoints {
         let Some(entry) = found.remove(id) else {
             return Ok(None);
         };
-        let info = entry.info.clone();
+        let info = entry.view();
         let mut table = self.table.lock().unwrap();
         if !table.entries.contains_key(id) {
             if entry.info.is_pending() {
@@ -430,7 +484,8 @@ impl Checkpoints {
         if let Some(info) = self.get(&id) {
             return Ok(Prepared::Existing(info));
         }
-        if let Some(info) = self.lookup(&req.session_id, &id)? {
+        let journaled = self.table.lock().unwrap().journaled.contains(&id_hash(&id));
+        if journaled && let Some(info) = self.lookup(&req.session_id, &id)? {
             return Ok(Prepared::Existing(info));
         }
         let created_ms = now_ms();
@@ -474,9 +529,9 @@ impl Checkpoints {
             let mut table = self.table.lock().unwrap();
             // Two requests with one key at the same moment: the first one made it.
             if let Some(e) = table.entries.get(&id) {
-                return Ok(Prepared::Existing(e.info.clone()));
+                return Ok(Prepared::Existing(e.view()));
             }
-            self.journal(&id, &req.session_id);
+            self.journal(&mut table, &id, &req.session_id);
             let open = table.open.get(&req.session_id).copied().unwrap_or(0);
             if open == 0 {
                 // Before the request is in the log, so a restart finds it.
@@ -491,13 +546,7 @@ impl Checkpoints {
             table.open.insert(req.session_id.clone(), open + 1);
             table.entries.insert(
                 id.clone(),
-                Entry {
-                    info: info.clone(),
-                    request_event_id: event_id.clone(),
-                    input_glob: req.input_glob.clone(),
-                    deciding: None,
-                    waiters: Vec::new(),
-                },
+                Entry::new(info.clone(), event_id.clone(), req.input_glob.clone()),
             );
         }
         Ok(Prepared::New {
@@ -555,12 +604,7 @@ impl Checkpoints {
 
     /// A checkpoint held in memory.
     pub fn get(&self, id: &str) -> Option<CheckpointInfo> {
-        self.table
-            .lock()
-            .unwrap()
-            .entries
-            .get(id)
-            .map(|e| e.info.clone())
+        self.table.lock().unwrap().entries.get(id).map(Entry::view)
     }
 
     /// Decides a checkpoint: the first valid decision wins, and is durable before anyone
@@ -614,7 +658,6 @@ impl Checkpoints {
                     scope: None,
                 },
                 other => e
-                    .info
                     .options
                     .iter()
                     .find(|o| o.id == other)
@@ -623,8 +666,7 @@ impl Checkpoints {
                         CheckpointError::Invalid(format!(
                             "{other:?} is not a decision for checkpoint {id}; choose approve, \
                              reject{}",
-                            e.info
-                                .options
+                            e.options
                                 .iter()
                                 .filter(|o| o.id != "approve" && o.id != "reject")
                                 .map(|o| format!(", {}", o.id))
@@ -688,7 +730,7 @@ impl Checkpoints {
         };
         e.info.state = state_of(&option.action, expired).into();
         e.info.decision = Some(decision);
-        let info = e.info.clone();
+        let info = e.view();
         let waiters = std::mem::take(&mut e.waiters);
         let grant = option.scope.as_ref().map(|scope| Grant {
             checkpoint_id: id.to_string(),
@@ -735,7 +777,7 @@ impl Checkpoints {
         let rx = {
             let mut table = self.table.lock().unwrap();
             match table.entries.get_mut(id) {
-                Some(e) if e.info.decision.is_some() => return Ok(e.info.clone()),
+                Some(e) if e.info.decision.is_some() => return Ok(e.view()),
                 Some(e) => {
                     let (tx, rx) = oneshot::channel();
                     e.waiters.push(tx);
@@ -809,7 +851,7 @@ impl Checkpoints {
                     None => true,
                 })
                 .filter(|e| session.is_none_or(|s| e.info.session_id == s))
-                .map(|e| e.info.clone())
+                .map(Entry::view)
                 .collect()
         };
         out.sort_by(|a, b| (a.created_ms, &a.id).cmp(&(b.created_ms, &b.id)));
@@ -955,6 +997,15 @@ fn close_one(table: &mut Table, dir: &Path, session: &str) {
     }
 }
 
+fn journaled_ids(journal: &[u8]) -> HashSet<u64> {
+    String::from_utf8_lossy(journal)
+        .lines()
+        .filter_map(|l| l.split(' ').next())
+        .filter(|id| id.starts_with("ck_"))
+        .map(id_hash)
+        .collect()
+}
+
 fn trim_decided(table: &mut Table) {
     while table.decided.len() > DECIDED_KEPT {
         if let Some(old) = table.decided.pop_front()
@@ -1032,17 +1083,14 @@ fn apply_logged(found: &mut HashMap<String, Entry>, session: &str, lsn: u64, v: 
             };
             found.insert(
                 id.to_string(),
-                Entry {
+                Entry::new(
                     info,
-                    request_event_id: v
-                        .get("id")
+                    v.get("id")
                         .and_then(Json::as_str)
                         .unwrap_or_default()
                         .to_string(),
-                    input_glob: text("input_glob"),
-                    deciding: None,
-                    waiters: Vec::new(),
-                },
+                    text("input_glob"),
+                ),
             );
         }
         "checkpoint.approved" | "checkpoint.rejected" | "checkpoint.expired" => {
