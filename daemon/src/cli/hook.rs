@@ -113,7 +113,9 @@ and answers on stdout in Claude Code's format:
 
   PreToolUse         allow/deny  -> hookSpecificOutput.permissionDecision (+ reason, updatedInput)
   PermissionRequest  allow/deny  -> hookSpecificOutput.decision.behavior (+ updatedInput/message)
-  `ask`, no decision, any other event -> nothing: Claude Code goes on as it normally would
+  `ask`              the call is held by a dstream checkpoint: the hook waits for the decision
+                     (dstream approve|reject|inbox), across daemon restarts, then answers as above
+  no decision, any other event -> nothing: Claude Code goes on as it normally would
 
 It always exits 0. If the daemon is not running, answers with an error, or takes longer than
 the deadline, the hook prints nothing (fails open) unless --fail-closed is given, in which case
