@@ -170,7 +170,9 @@ fn intern(options: Vec<CheckpointOption>) -> Arc<[CheckpointOption]> {
 
 #[derive(Default)]
 struct Table {
-    entries: HashMap<String, Entry>,
+    /// Boxed: the table's slots stay small (an entry is ~600 bytes, and a hash table keeps
+    /// up to half its slots empty).
+    entries: HashMap<String, Box<Entry>>,
     decided: VecDeque<String>,
     deadlines: BTreeSet<(u64, String)>,
     /// Open (recording or pending) checkpoints per session: its marker exists while > 0.
@@ -413,8 +415,8 @@ impl Checkpoints {
     }
 
     /// The checkpoints recorded in `session`'s log from `from` on, with their decisions.
-    fn scan(&self, session: &str, from: u64) -> Result<HashMap<String, Entry>, StoreError> {
-        let mut found: HashMap<String, Entry> = HashMap::new();
+    fn scan(&self, session: &str, from: u64) -> Result<HashMap<String, Box<Entry>>, StoreError> {
+        let mut found: HashMap<String, Box<Entry>> = HashMap::new();
         let Some(s) = self.store.get(session) else {
             return Ok(found);
         };
@@ -546,7 +548,11 @@ impl Checkpoints {
             table.open.insert(req.session_id.clone(), open + 1);
             table.entries.insert(
                 id.clone(),
-                Entry::new(info.clone(), event_id.clone(), req.input_glob.clone()),
+                Box::new(Entry::new(
+                    info.clone(),
+                    event_id.clone(),
+                    req.input_glob.clone(),
+                )),
             );
         }
         Ok(Prepared::New {
@@ -604,7 +610,7 @@ impl Checkpoints {
 
     /// A checkpoint held in memory.
     pub fn get(&self, id: &str) -> Option<CheckpointInfo> {
-        self.table.lock().unwrap().entries.get(id).map(Entry::view)
+        self.table.lock().unwrap().entries.get(id).map(|e| e.view())
     }
 
     /// Decides a checkpoint: the first valid decision wins, and is durable before anyone
@@ -851,7 +857,7 @@ impl Checkpoints {
                     None => true,
                 })
                 .filter(|e| session.is_none_or(|s| e.info.session_id == s))
-                .map(Entry::view)
+                .map(|e| e.view())
                 .collect()
         };
         out.sort_by(|a, b| (a.created_ms, &a.id).cmp(&(b.created_ms, &b.id)));
@@ -1047,7 +1053,7 @@ fn checkpoint_event(
 }
 
 /// Folds one logged checkpoint event into `found`.
-fn apply_logged(found: &mut HashMap<String, Entry>, session: &str, lsn: u64, v: &Json) {
+fn apply_logged(found: &mut HashMap<String, Box<Entry>>, session: &str, lsn: u64, v: &Json) {
     let kind = v.get("type").and_then(Json::as_str).unwrap_or("");
     let Some(p) = v.get("payload") else { return };
     let Some(id) = p.get("checkpoint_id").and_then(Json::as_str) else {
@@ -1083,14 +1089,14 @@ fn apply_logged(found: &mut HashMap<String, Entry>, session: &str, lsn: u64, v: 
             };
             found.insert(
                 id.to_string(),
-                Entry::new(
+                Box::new(Entry::new(
                     info,
                     v.get("id")
                         .and_then(Json::as_str)
                         .unwrap_or_default()
                         .to_string(),
                     text("input_glob"),
-                ),
+                )),
             );
         }
         "checkpoint.approved" | "checkpoint.rejected" | "checkpoint.expired" => {
