@@ -121,36 +121,123 @@ pub struct Grant {
     pub expires_ms: u64,
 }
 
+/// A checkpoint as memory holds it: compact (about 400 bytes with its strings), since
+/// thousands may wait at once. The input stays in the log; options are shared.
+struct Held {
+    session_id: Arc<str>,
+    key: Box<str>,
+    /// `recording`, `pending`, `approved`, `rejected` or `expired`.
+    state: &'static str,
+    /// `allow` or `deny`.
+    on_timeout: &'static str,
+    delivered: bool,
+    created_ms: u64,
+    deadline_ms: u64,
+    lsn: u64,
+    tool: Option<Box<str>>,
+    summary: Box<str>,
+    /// Rarely needed, so one pointer when absent.
+    about: Option<Box<About>>,
+    decision: Option<Box<CheckpointDecision>>,
+}
+
+#[derive(Default)]
+struct About {
+    rule: Option<String>,
+    source: Option<String>,
+    cwd: Option<String>,
+}
+
+impl Held {
+    fn is_pending(&self) -> bool {
+        matches!(self.state, "pending" | "recording")
+    }
+}
+
 struct Entry {
-    /// Without the input (it stays in the log) and the options (shared, in `options`), so a
-    /// pending checkpoint costs a few hundred bytes of memory.
-    info: CheckpointInfo,
+    info: Held,
     options: Arc<[CheckpointOption]>,
-    request_event_id: String,
-    input_glob: Option<String>,
+    request_event_id: Box<str>,
+    input_glob: Option<Box<str>>,
     /// A decision being written: who makes it.
-    deciding: Option<String>,
+    deciding: Option<Box<str>>,
     waiters: Vec<oneshot::Sender<CheckpointInfo>>,
 }
 
+fn static_state(state: &str) -> &'static str {
+    match state {
+        "recording" => "recording",
+        "pending" => "pending",
+        "approved" => "approved",
+        "rejected" => "rejected",
+        _ => "expired",
+    }
+}
+
+fn static_on_timeout(on_timeout: &str) -> &'static str {
+    if on_timeout == "allow" {
+        "allow"
+    } else {
+        "deny"
+    }
+}
+
 impl Entry {
-    fn new(mut info: CheckpointInfo, request_event_id: String, input_glob: Option<String>) -> Self {
-        let options = intern(std::mem::take(&mut info.options));
+    fn new(info: CheckpointInfo, request_event_id: String, input_glob: Option<String>) -> Self {
+        let about =
+            (info.rule.is_some() || info.source.is_some() || info.cwd.is_some()).then(|| {
+                Box::new(About {
+                    rule: info.rule,
+                    source: info.source,
+                    cwd: info.cwd,
+                })
+            });
         Entry {
-            info,
-            options,
-            request_event_id,
-            input_glob,
+            info: Held {
+                session_id: info.session_id.into(),
+                key: info.key.into(),
+                state: static_state(&info.state),
+                on_timeout: static_on_timeout(&info.on_timeout),
+                delivered: info.delivered,
+                created_ms: info.created_ms,
+                deadline_ms: info.deadline_ms,
+                lsn: info.lsn,
+                tool: info.tool.map(Into::into),
+                summary: info.summary.into(),
+                about,
+                decision: info.decision.map(Box::new),
+            },
+            options: intern(info.options),
+            request_event_id: request_event_id.into(),
+            input_glob: input_glob.map(Into::into),
             deciding: None,
             waiters: Vec::new(),
         }
     }
 
-    /// The checkpoint as clients see it.
-    fn view(&self) -> CheckpointInfo {
-        let mut info = self.info.clone();
-        info.options = self.options.to_vec();
-        info
+    /// The checkpoint `id` as clients see it.
+    fn view(&self, id: &str) -> CheckpointInfo {
+        let h = &self.info;
+        let about = h.about.as_deref();
+        CheckpointInfo {
+            id: id.to_string(),
+            session_id: h.session_id.to_string(),
+            key: h.key.to_string(),
+            state: h.state.to_string(),
+            tool: h.tool.as_deref().map(str::to_string),
+            input: None,
+            summary: h.summary.to_string(),
+            options: self.options.to_vec(),
+            created_ms: h.created_ms,
+            deadline_ms: h.deadline_ms,
+            on_timeout: h.on_timeout.to_string(),
+            rule: about.and_then(|a| a.rule.clone()),
+            source: about.and_then(|a| a.source.clone()),
+            cwd: about.and_then(|a| a.cwd.clone()),
+            lsn: h.lsn,
+            decision: h.decision.as_deref().cloned(),
+            delivered: h.delivered,
+        }
     }
 }
 
@@ -452,7 +539,7 @@ impl Checkpoints {
         let Some(entry) = found.remove(id) else {
             return Ok(None);
         };
-        let info = entry.view();
+        let info = entry.view(id);
         let mut table = self.table.lock().unwrap();
         if !table.entries.contains_key(id) {
             if entry.info.is_pending() {
@@ -531,7 +618,7 @@ impl Checkpoints {
             let mut table = self.table.lock().unwrap();
             // Two requests with one key at the same moment: the first one made it.
             if let Some(e) = table.entries.get(&id) {
-                return Ok(Prepared::Existing(e.view()));
+                return Ok(Prepared::Existing(e.view(&id)));
             }
             self.journal(&mut table, &id, &req.session_id);
             let open = table.open.get(&req.session_id).copied().unwrap_or(0);
@@ -571,7 +658,7 @@ impl Checkpoints {
                 let Some(e) = table.entries.get_mut(id) else {
                     return;
                 };
-                e.info.state = "pending".into();
+                e.info.state = "pending";
                 e.info.lsn = ack.lsn;
                 let deadline = e.info.deadline_ms;
                 table.deadlines.insert((deadline, id.to_string()));
@@ -610,7 +697,12 @@ impl Checkpoints {
 
     /// A checkpoint held in memory.
     pub fn get(&self, id: &str) -> Option<CheckpointInfo> {
-        self.table.lock().unwrap().entries.get(id).map(|e| e.view())
+        self.table
+            .lock()
+            .unwrap()
+            .entries
+            .get(id)
+            .map(|e| e.view(id))
     }
 
     /// Decides a checkpoint: the first valid decision wins, and is durable before anyone
@@ -638,7 +730,7 @@ impl Checkpoints {
             if let Some(d) = &e.info.decision {
                 return Err(CheckpointError::AlreadyDecided {
                     id: id.to_string(),
-                    first: describe_decision(d, &e.info.state),
+                    first: describe_decision(d, e.info.state),
                 });
             }
             if let Some(by) = &e.deciding {
@@ -683,7 +775,7 @@ impl Checkpoints {
             let decided_ms = now_ms();
             let mut payload = json!({
                 "checkpoint_id": id,
-                "decision": if expired { e.info.on_timeout.clone() } else { r.decision.clone() },
+                "decision": if expired { e.info.on_timeout } else { r.decision.as_str() },
                 "action": option.action,
                 "decided_by": r.decided_by,
                 "decided_ms": decided_ms,
@@ -710,8 +802,8 @@ impl Checkpoints {
             } else {
                 "checkpoint.approved"
             };
-            let event = checkpoint_event(kind, payload, Some(e.request_event_id.clone()))?;
-            e.deciding = Some(r.decided_by.clone());
+            let event = checkpoint_event(kind, payload, Some(e.request_event_id.to_string()))?;
+            e.deciding = Some(r.decided_by.as_str().into());
             (event, e.info.session_id.clone(), option)
         };
         let result = self.store.append_wait(&session, event, true).await;
@@ -723,7 +815,7 @@ impl Checkpoints {
         let ack = result?;
         let decision = CheckpointDecision {
             decision: if expired {
-                e.info.on_timeout.clone()
+                e.info.on_timeout.to_string()
             } else {
                 r.decision.clone()
             },
@@ -734,9 +826,9 @@ impl Checkpoints {
             decided_ms: now_ms(),
             event_id: Some(ack.id.clone()),
         };
-        e.info.state = state_of(&option.action, expired).into();
-        e.info.decision = Some(decision);
-        let info = e.view();
+        e.info.state = state_of(&option.action, expired);
+        e.info.decision = Some(Box::new(decision));
+        let info = e.view(id);
         let waiters = std::mem::take(&mut e.waiters);
         let grant = option.scope.as_ref().map(|scope| Grant {
             checkpoint_id: id.to_string(),
@@ -744,7 +836,7 @@ impl Checkpoints {
             session_id: info.session_id.clone(),
             cwd: info.cwd.clone(),
             tool: info.tool.clone().unwrap_or_default(),
-            input_glob: e.input_glob.clone(),
+            input_glob: e.input_glob.as_deref().map(str::to_string),
             expires_ms: now_ms().saturating_add(*self.grant_ttl_ms.lock().unwrap()),
         });
         table.deadlines.remove(&(info.deadline_ms, id.to_string()));
@@ -783,7 +875,7 @@ impl Checkpoints {
         let rx = {
             let mut table = self.table.lock().unwrap();
             match table.entries.get_mut(id) {
-                Some(e) if e.info.decision.is_some() => return Ok(e.view()),
+                Some(e) if e.info.decision.is_some() => return Ok(e.view(id)),
                 Some(e) => {
                     let (tx, rx) = oneshot::channel();
                     e.waiters.push(tx);
@@ -850,14 +942,14 @@ impl Checkpoints {
             let table = self.table.lock().unwrap();
             table
                 .entries
-                .values()
-                .filter(|e| match state {
+                .iter()
+                .filter(|(_, e)| match state {
                     Some("pending") => e.info.is_pending(),
                     Some(s) => e.info.state == s,
                     None => true,
                 })
-                .filter(|e| session.is_none_or(|s| e.info.session_id == s))
-                .map(|e| e.view())
+                .filter(|(_, e)| session.is_none_or(|s| &*e.info.session_id == s))
+                .map(|(id, e)| e.view(id))
                 .collect()
         };
         out.sort_by(|a, b| (a.created_ms, &a.id).cmp(&(b.created_ms, &b.id)));
@@ -933,7 +1025,7 @@ impl Checkpoints {
             table.deadlines.remove(&(deadline, id.to_string()));
             match table.entries.get(id) {
                 Some(e) if e.info.decision.is_none() && e.deciding.is_none() => {
-                    e.info.on_timeout.clone()
+                    e.info.on_timeout
                 }
                 _ => return,
             }
@@ -1111,8 +1203,8 @@ fn apply_logged(found: &mut HashMap<String, Box<Entry>>, session: &str, lsn: u64
                     "allow".into()
                 }
             });
-            e.info.state = state_of(&action, kind == "checkpoint.expired").into();
-            e.info.decision = Some(CheckpointDecision {
+            e.info.state = state_of(&action, kind == "checkpoint.expired");
+            e.info.decision = Some(Box::new(CheckpointDecision {
                 decision: text("decision").unwrap_or_default(),
                 action,
                 note: text("note"),
@@ -1120,7 +1212,7 @@ fn apply_logged(found: &mut HashMap<String, Box<Entry>>, session: &str, lsn: u64
                 decided_by: text("decided_by").unwrap_or_default(),
                 decided_ms: num("decided_ms"),
                 event_id: v.get("id").and_then(Json::as_str).map(str::to_string),
-            });
+            }));
         }
         "checkpoint.delivered" => {
             if let Some(e) = found.get_mut(id) {
