@@ -1024,9 +1024,7 @@ impl Checkpoints {
             let mut table = self.table.lock().unwrap();
             table.deadlines.remove(&(deadline, id.to_string()));
             match table.entries.get(id) {
-                Some(e) if e.info.decision.is_none() && e.deciding.is_none() => {
-                    e.info.on_timeout
-                }
+                Some(e) if e.info.decision.is_none() && e.deciding.is_none() => e.info.on_timeout,
                 _ => return,
             }
         };

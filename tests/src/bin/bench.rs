@@ -7,6 +7,8 @@
 //! Progress goes to stderr.
 
 // A crate root looks for modules next to itself, so point at the bench/ directory.
+#[path = "bench/checkpoints.rs"]
+mod checkpoints;
 #[path = "bench/http.rs"]
 mod http;
 #[path = "bench/load.rs"]
@@ -48,6 +50,9 @@ const MANY_SESSIONS: u64 = 10_000;
 const MANY_NOFILE: u64 = 256;
 const MANY_CONNS: usize = 4;
 const MANY_WINDOW: u64 = 64;
+/// Checkpoint round trips timed, and pending checkpoints held at once.
+const CHECKPOINT_ROUND_TRIPS: usize = 500;
+const PENDING_CHECKPOINTS: u64 = 100_000;
 
 struct Opts {
     warmup: Duration,
@@ -188,6 +193,7 @@ fn run() -> Result<()> {
             b.dstream_appends(bin, "interval", scenario)?;
         }
         b.dstream_subscriber(bin)?;
+        b.dstream_checkpoints(bin)?;
         b.dstream_many(bin)?;
         b.dstream_big(bin)?;
     }
@@ -686,6 +692,49 @@ impl Bench<'_> {
         Ok(())
     }
 
+    /// Checkpoints: one round trip decided by a program at once, and many held pending.
+    fn dstream_checkpoints(&mut self, bin: &Path) -> Result<()> {
+        let quick = self.o.measure < Duration::from_secs(5);
+        let (trips, pending) = if quick {
+            (100, PENDING_CHECKPOINTS / 10)
+        } else {
+            (CHECKPOINT_ROUND_TRIPS, PENDING_CHECKPOINTS)
+        };
+        eprintln!("bench: dstream: {trips} checkpoint round trips, then {pending} pending");
+        let (dir, s) = self.dstream(bin, "dstream-cp-")?;
+        let (d, _) = s.start(FSYNC_ALWAYS)?;
+        let mut lat = checkpoints::round_trips(&s.socket(), trips)?;
+        let p = pcts(&mut lat, 1e6);
+        p.p50.map(|v| self.ours.insert("cp/p50", v));
+        p.p99.map(|v| self.ours.insert("cp/p99", v));
+        let before = rss_mb(d.pid());
+        let took = checkpoints::open_pending(&s.socket(), pending, 16)?;
+        let after = rss_mb(d.pid());
+        eprintln!(
+            "bench:   round trip p50 {:?} ms, p99 {:?} ms; {pending} pending in {took:?}, RSS {before:?} -> {after:?} MB",
+            p.p50, p.p99
+        );
+        self.ours.insert("cp/pending", pending as f64);
+        self.ours
+            .insert("cp/open_rate", pending as f64 / took.as_secs_f64());
+        if let (Some(a), Some(b)) = (before, after) {
+            self.ours.insert("cp/rss", b);
+            self.ours
+                .insert("cp/bytes_each", (b - a) * 1048576.0 / pending as f64);
+        }
+        // A restart rebuilds them all from the logs.
+        d.stop()?;
+        let (d, ready) = s.start(FSYNC_ALWAYS)?;
+        self.ours.insert("cp/restart", ready.as_secs_f64() * 1e3);
+        if let Some(v) = rss_mb(d.pid()) {
+            self.ours.insert("cp/rss_restart", v);
+        }
+        d.stop()?;
+        drop(dir);
+        sync_disk();
+        Ok(())
+    }
+
     /// Bulk load of one big session, then restart (recovery) times, then timed reads.
     fn dstream_big(&mut self, bin: &Path) -> Result<()> {
         let (o, m) = (self.o, &mut self.ours);
@@ -879,6 +928,53 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
         None,
         Better::Lower,
     );
+    t.add(
+        "checkpoint round trip p50 ms (request → decided by a program at once → await answered; 2 fsyncs)",
+        get(ours, "cp/p50"),
+        None,
+        Better::Lower,
+    );
+    t.add(
+        "checkpoint round trip p99 ms",
+        get(ours, "cp/p99"),
+        None,
+        Better::Lower,
+    );
+    let held = get(ours, "cp/pending").map_or("–".into(), |n| thousands(n as u64));
+    for (k, what, better) in [
+        (
+            "cp/open_rate",
+            "opened per second (16 connections, each durable)",
+            Better::Higher,
+        ),
+        (
+            "cp/rss",
+            "daemon RSS MB with all of them pending",
+            Better::Lower,
+        ),
+        (
+            "cp/bytes_each",
+            "daemon memory per pending checkpoint, bytes (RSS growth / count)",
+            Better::Lower,
+        ),
+        (
+            "cp/restart",
+            "restart to ready, rebuilt from the logs, ms",
+            Better::Lower,
+        ),
+        (
+            "cp/rss_restart",
+            "daemon RSS MB after that restart",
+            Better::Lower,
+        ),
+    ] {
+        t.add(
+            format!("{held} pending checkpoints: {what}"),
+            get(ours, k),
+            None,
+            better,
+        );
+    }
     let n = thousands(MANY_SESSIONS);
     let many = format!("{n} sessions, ulimit -n {MANY_NOFILE}");
     for (k, what, better) in [
