@@ -7,6 +7,8 @@
 //! Progress goes to stderr.
 
 // A crate root looks for modules next to itself, so point at the bench/ directory.
+#[path = "bench/agents.rs"]
+mod agents;
 #[path = "bench/checkpoints.rs"]
 mod checkpoints;
 #[path = "bench/http.rs"]
@@ -53,6 +55,10 @@ const MANY_WINDOW: u64 = 64;
 /// Checkpoint round trips timed, and pending checkpoints held at once.
 const CHECKPOINT_ROUND_TRIPS: usize = 500;
 const PENDING_CHECKPOINTS: u64 = 100_000;
+/// Timed runs of `dstream hook claude-code` (and of the one-shot C client), and rounds of
+/// captured payloads ingested to measure each mapping plugin.
+const HOOK_RUNS: usize = 300;
+const PLUGIN_ROUNDS: usize = 5;
 
 struct Opts {
     warmup: Duration,
@@ -194,6 +200,7 @@ fn run() -> Result<()> {
         }
         b.dstream_subscriber(bin)?;
         b.dstream_checkpoints(bin)?;
+        b.dstream_agents(bin, &repo)?;
         b.dstream_many(bin)?;
         b.dstream_big(bin)?;
     }
@@ -692,6 +699,121 @@ impl Bench<'_> {
         Ok(())
     }
 
+    /// The agent side: the hook per call against a one-shot C client, the hook without a
+    /// daemon, each plugin's cost per event, and ingest throughput at 16 connections.
+    fn dstream_agents(&mut self, bin: &Path, repo: &Path) -> Result<()> {
+        let quick = self.o.measure < Duration::from_secs(5);
+        let (runs, rounds) = if quick {
+            (50, 1)
+        } else {
+            (HOOK_RUNS, PLUGIN_ROUNDS)
+        };
+        eprintln!(
+            "bench: dstream: hook per call ({runs} runs, daemon up and down), plugins, ingest"
+        );
+        let oneshot = agents::build_oneshot(repo)?;
+        let event = agents::pre_tool_use(repo)?;
+        let (dir, s) = self.dstream(bin, "dstream-agents-")?;
+        let (d, _) = s.start(FSYNC_ALWAYS)?;
+        let socket = s.socket();
+        // Alternate the two clients, so both meet the same machine state.
+        let (mut hook, mut c) = (Vec::new(), Vec::new());
+        for _ in 0..runs {
+            hook.extend(agents::time_runs(
+                || {
+                    let mut cmd = Command::new(bin);
+                    cmd.args(["hook", "claude-code"])
+                        .env("DSTREAM_SOCKET", &socket);
+                    cmd
+                },
+                &event,
+                1,
+            )?);
+            c.extend(agents::time_runs(
+                || {
+                    let mut cmd = Command::new(&oneshot);
+                    cmd.arg(&socket);
+                    cmd
+                },
+                &event,
+                1,
+            )?);
+        }
+        for (key, lat, side) in [
+            ("hook", &mut hook, &mut self.ours),
+            ("hook", &mut c, &mut self.theirs),
+        ] {
+            let p = pcts(lat, 1e6);
+            p.p50.map(|v| side.insert(leak(format!("{key}/p50")), v));
+            p.p99.map(|v| side.insert(leak(format!("{key}/p99")), v));
+        }
+        let missing = self.tmp_root.join("no-daemon-here.sock");
+        let mut down = agents::time_runs(
+            || {
+                let mut cmd = Command::new(bin);
+                cmd.args(["hook", "claude-code"])
+                    .env("DSTREAM_SOCKET", &missing);
+                cmd
+            },
+            &event,
+            runs,
+        )?;
+        let p = pcts(&mut down, 1e6);
+        p.p50.map(|v| self.ours.insert("hook_down/p50", v));
+        p.p99.map(|v| self.ours.insert("hook_down/p99", v));
+
+        for (name, micros, calls) in agents::plugin_costs(&socket, repo, rounds)? {
+            eprintln!("bench:   plugin {name}: {micros:.1} µs per call over {calls} calls");
+            self.ours.insert(leak(format!("plugin/{name}")), micros);
+        }
+        d.stop()?;
+        drop(dir);
+        sync_disk();
+
+        // Ingest throughput: 16 connections, each its own session, captured payloads.
+        let (dir, s) = self.dstream(bin, "dstream-ingest-")?;
+        let (d, _) = s.start(FSYNC_ALWAYS)?;
+        let basic = agents::fixtures(repo, "claude-code")?;
+        let original = basic
+            .first()
+            .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .and_then(|v| v["session_id"].as_str().map(str::to_string))
+            .context("no session_id in the captured payloads")?;
+        let ingesters = (0..16)
+            .map(|k| {
+                let session = format!("ingest-{k}");
+                let events: Vec<String> = basic
+                    .iter()
+                    .map(|e| e.replace(&original, &session))
+                    .collect();
+                Ok(Box::new(agents::Ingester::connect(
+                    &s.socket(),
+                    &session,
+                    std::sync::Arc::new(events),
+                )?) as Box<dyn Appender>)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let (mut r, _, _) = closed_loop(ingesters, self.o.warmup, self.o.measure, None, &|| ());
+        d.stop()?;
+        let p = pcts(&mut r.lat_ns, 1e3);
+        eprintln!(
+            "bench:   ingest C=16: {:.0}/s, p50 {:?} µs, errors {}",
+            r.per_sec, p.p50, r.errors
+        );
+        self.ours.insert("ingest/s", r.per_sec);
+        p.p50.map(|v| self.ours.insert("ingest/p50", v));
+        if r.errors > 0 {
+            self.notes.push(format!(
+                "ingest C=16: {} failed; first: {}",
+                r.errors,
+                r.first_error.unwrap_or_default()
+            ));
+        }
+        drop(dir);
+        sync_disk();
+        Ok(())
+    }
+
     /// Checkpoints: one round trip decided by a program at once, and many held pending.
     fn dstream_checkpoints(&mut self, bin: &Path) -> Result<()> {
         let quick = self.o.measure < Duration::from_secs(5);
@@ -927,6 +1049,44 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
         get(ours, "sub/p99"),
         None,
         Better::Lower,
+    );
+    t.add(
+        "`dstream hook claude-code` per call (PreToolUse, daemon up), wall ms p50 (reference column: a one-shot C client sending the same ingest)",
+        get(ours, "hook/p50"),
+        get(theirs, "hook/p50"),
+        Better::Lower,
+    );
+    t.add(
+        "… the same, p99",
+        get(ours, "hook/p99"),
+        get(theirs, "hook/p99"),
+        Better::Lower,
+    );
+    t.add(
+        "`dstream hook claude-code` with no daemon (fails open), wall ms p50",
+        get(ours, "hook_down/p50"),
+        None,
+        Better::Lower,
+    );
+    t.add(
+        "… the same, p99",
+        get(ours, "hook_down/p99"),
+        None,
+        Better::Lower,
+    );
+    for name in ["claude-code", "opencode", "claude-agent-sdk", "redact"] {
+        t.add(
+            format!("plugin `{name}`: µs per call, in the plugin (captured payloads, `plugins.list` counters)"),
+            get(ours, &format!("plugin/{name}")),
+            None,
+            Better::Lower,
+        );
+    }
+    t.add(
+        "`ingest` of captured Claude Code payloads, C=16 over 16 sessions, events/s (fsync=always)",
+        get(ours, "ingest/s"),
+        None,
+        Better::Higher,
     );
     t.add(
         "checkpoint round trip p50 ms (request → decided by a program at once → await answered; 2 fsyncs)",
