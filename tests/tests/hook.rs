@@ -723,8 +723,15 @@ fn real_daemon_decisions_reach_claude_code_in_its_format() {
             "decision": {"behavior": "allow"}}})
     );
     let stored = events_of(&d, session);
-    assert_eq!(stored.len(), 5, "{stored:#?}");
-    assert!(stored.iter().all(|e| e["type"] == "execution.tool_use"));
+    let of = |t: &str| stored.iter().filter(|e| e["type"] == t).collect::<Vec<_>>();
+    assert_eq!(of("execution.tool_use").len(), 5, "{stored:#?}");
+    // Each decision is recorded beside its call, naming the plugin that made it.
+    let (denied, allowed) = (of("checkpoint.rejected"), of("checkpoint.approved"));
+    assert_eq!((denied.len(), allowed.len()), (2, 2), "{stored:#?}");
+    assert!(denied.iter().chain(&allowed).all(
+        |e| e["payload"]["auto"] == true && e["payload"]["decided_by"] == "plugin:claude-code"
+    ));
+    assert_eq!(stored.len(), 9, "{stored:#?}");
 }
 
 // ---- the OpenCode plugin ----
@@ -1047,8 +1054,19 @@ fn opencode_plugin_obeys_a_real_daemon_decision() {
     assert_eq!(allowed["ok"], true, "{allowed}");
     assert_eq!(allowed["output"]["args"], json!({"command": "ls"}));
     let stored = events_of(&d, session);
-    assert_eq!(stored.len(), 2, "{stored:#?}");
+    let types: Vec<&str> = stored.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        types,
+        [
+            "execution.tool_use",
+            "checkpoint.rejected",
+            "execution.tool_use",
+            "checkpoint.approved"
+        ],
+        "{stored:#?}"
+    );
     assert_eq!(stored[0]["payload"]["tool_use_id"], "c1");
+    assert_eq!(stored[1]["causation_id"], stored[0]["id"]);
 }
 
 // ---- the real agents, installed with `dstream install` ----

@@ -284,8 +284,19 @@ fn failing_hooks_follow_the_error_policy_and_repeated_failure_disables() {
     assert_eq!(r["decision"]["action"], "deny");
     assert_eq!(r["decision"]["reason"], "no rm");
     let stored = c.read_all("s");
+    // Each decision is recorded right after its call (checkpoint.approved / .rejected, auto).
+    assert_eq!(
+        types(&stored),
+        [
+            "execution.tool_use",
+            "checkpoint.approved",
+            "execution.tool_use",
+            "checkpoint.rejected"
+        ]
+    );
     assert_eq!(stored[0]["payload"]["seen"], true);
-    assert_eq!(stored[1]["metadata"]["decision"]["action"], "deny");
+    assert_eq!(stored[2]["metadata"]["decision"]["action"], "deny");
+    assert_eq!(stored[3]["payload"]["decided_by"], "plugin:flaky");
 
     // process and decide fail: the event passes through unchanged, the decision is "ask",
     // and each failure is recorded.
@@ -295,19 +306,25 @@ fn failing_hooks_follow_the_error_policy_and_repeated_failure_disables() {
         json!({"type": "execution.tool_use", "tool": "x", "boom": true}),
     );
     assert_eq!(r["decision"]["action"], "ask", "{r}");
+    assert_eq!(r["decision"]["checkpoint"]["state"], "pending", "{r}");
     let stored = c.read_all("s");
-    let tail: Vec<_> = stored[2..].to_vec();
+    let tail: Vec<_> = stored[4..].to_vec();
     assert_eq!(
         types(&tail),
-        ["execution.tool_use", "plugin.error", "plugin.error"]
+        [
+            "execution.tool_use",
+            "checkpoint.requested",
+            "plugin.error",
+            "plugin.error"
+        ]
     );
     assert_eq!(
         tail[0]["payload"]["seen"],
         Value::Null,
         "passed through unchanged"
     );
-    assert_eq!(tail[1]["payload"]["hook"], "process");
-    assert_eq!(tail[2]["payload"]["hook"], "decide");
+    assert_eq!(tail[2]["payload"]["hook"], "process");
+    assert_eq!(tail[3]["payload"]["hook"], "decide");
 
     // A third consecutive failure disables it, and says so.
     let _ = ingest(&mut c, "agent", json!({"type": "note", "boom": true}));

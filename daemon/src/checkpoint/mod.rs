@@ -931,7 +931,8 @@ impl Checkpoints {
     }
 
     /// Checkpoints held in memory (every open one, and recently decided ones), oldest first,
-    /// with their inputs read from the logs. Blocking.
+    /// with their inputs read from the logs; not those whose request is still being synced.
+    /// Blocking.
     pub fn list(
         &self,
         state: Option<&str>,
@@ -943,10 +944,10 @@ impl Checkpoints {
             table
                 .entries
                 .iter()
+                // A request still being synced is nobody's business yet.
                 .filter(|(_, e)| match state {
-                    Some("pending") => e.info.is_pending(),
                     Some(s) => e.info.state == s,
-                    None => true,
+                    None => e.info.state != "recording",
                 })
                 .filter(|(_, e)| session.is_none_or(|s| &*e.info.session_id == s))
                 .map(|(id, e)| e.view(id))
