@@ -21,6 +21,11 @@
 //   refuse the tool call with the reason; an allow with `updated_input` replaces the tool's
 //   arguments. No answer (daemon down, an error, the deadline) lets the call run, unless
 //   DSTREAM_HOOK_FAIL_CLOSED=1, which refuses it instead.
+// - When policy holds the call for a person (decision "ask" with a checkpoint), the plugin
+//   waits with `checkpoint.await` until someone decides (`dstream approve|reject|inbox`), up to
+//   the checkpoint's own deadline plus 5 s, sent again on a new connection if the daemon
+//   restarts meanwhile. A rejection throws; an approval with an edited input replaces the
+//   arguments; if no verdict arrives by then, the checkpoint's default (on_timeout) applies.
 // - The socket is DSTREAM_SOCKET, else $XDG_RUNTIME_DIR/dstream/dstream.sock, else
 //   ~/.dstream/dstream.sock (as the dstream CLI decides). When the daemon restarts, the plugin
 //   reconnects, backing off up to 5 s between attempts.
@@ -33,6 +38,9 @@ const MAX_REPLY_BYTES = 64 * 1024 * 1024;
 const BACKOFF_MIN_MS = 100;
 const BACKOFF_MAX_MS = 5000;
 const SESSION_ID = /^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$/;
+// How long past a checkpoint's deadline the plugin waits for the daemon's verdict before it
+// applies the checkpoint's default itself (the daemon may be restarting).
+const CHECKPOINT_GRACE_MS = 5000;
 
 function socketPath(env) {
   if (env.DSTREAM_SOCKET) return env.DSTREAM_SOCKET;
@@ -105,9 +113,9 @@ class Link {
   }
 
   // Sends and resolves with {result} or {error}, or null when no answer came in time.
-  request(params, timeoutMs) {
+  request(params, timeoutMs, method = "ingest") {
     return new Promise((resolve) => {
-      const msg = this.message(params);
+      const msg = this.message(params, method);
       const timer = setTimeout(() => this.settle(msg, null), timeoutMs);
       timer.unref?.();
       msg.waiter = { resolve, timer };
@@ -115,10 +123,10 @@ class Link {
     });
   }
 
-  message(params) {
+  message(params, method = "ingest") {
     if (typeof params.session_id === "string") this.lastSession = params.session_id;
     const id = this.nextId++;
-    const line = toJson({ jsonrpc: "2.0", id, method: "ingest", params }) + "\n";
+    const line = toJson({ jsonrpc: "2.0", id, method, params }) + "\n";
     return { id, line, size: Buffer.byteLength(line), waiter: null };
   }
 
@@ -273,6 +281,38 @@ export const DstreamPlugin = async () => {
     return isPlainObject(reply.result?.decision) ? reply.result.decision : null;
   };
 
+  // Waits for a person's decision on a checkpoint; the verdict, as a decision.
+  const awaitCheckpoint = async (checkpoint) => {
+    const deadline = Number(checkpoint.deadline_ms) || Date.now();
+    const waitMs = Math.max(0, deadline - Date.now()) + CHECKPOINT_GRACE_MS;
+    let reply = null;
+    try {
+      reply = await link.request(
+        { id: checkpoint.id, session_id: checkpoint.session_id },
+        waitMs,
+        "checkpoint.await",
+      );
+    } catch {
+      reply = null;
+    }
+    const decided = reply?.result?.decision;
+    if (isPlainObject(decided)) {
+      const state = reply.result.state;
+      let reason =
+        state === "expired"
+          ? `nobody decided before the deadline; dstream applied the default (${decided.action})`
+          : `${state} by ${decided.decided_by} (dstream checkpoint ${checkpoint.id})`;
+      if (decided.note) reason += `: ${decided.note}`;
+      return { action: decided.action, reason, decided_by: decided.decided_by, updated_input: decided.input };
+    }
+    // No verdict reached us in time: the default the daemon would have applied.
+    const why = reply?.error ? `the daemon answered: ${reply.error.message}` : "no decision reached the plugin by its deadline";
+    return {
+      action: checkpoint.on_timeout === "allow" ? "allow" : "deny",
+      reason: `checkpoint ${checkpoint.id}: ${why}; its default (${checkpoint.on_timeout}) applies`,
+    };
+  };
+
   return {
     event: async ({ event }) => {
       try {
@@ -283,7 +323,10 @@ export const DstreamPlugin = async () => {
     },
 
     "tool.execute.before": async (input, output) => {
-      const decision = await gate("tool.execute.before", input, output);
+      let decision = await gate("tool.execute.before", input, output);
+      if (decision?.action === "ask" && isPlainObject(decision.checkpoint) && !decision.checkpoint.decision) {
+        decision = await awaitCheckpoint(decision.checkpoint);
+      }
       if (decision?.action === "deny") {
         const by = decision.decided_by || "dstream policy";
         throw new Error(decision.reason || `denied by ${by} (dstream)`);

@@ -603,3 +603,123 @@ fn a_permission_prompt_after_a_decided_call_gets_the_same_answer() {
     let events = c.read_all("perm");
     assert_eq!(of_type(&events, "checkpoint.requested").len(), 1);
 }
+
+// ---- the OpenCode plugin, through the real daemon ----
+
+/// The OpenCode plugin in a Node process playing OpenCode (scripts/opencode/test/driver.mjs);
+/// commands are written and answers read separately, so a test can decide while it waits.
+struct OpenCode {
+    child: Child,
+    stdin: std::process::ChildStdin,
+    answers: std::sync::mpsc::Receiver<Value>,
+}
+
+impl OpenCode {
+    fn start(socket: &Path) -> OpenCode {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let mut child = Command::new(std::env::var("DSTREAM_TEST_NODE").unwrap_or("node".into()))
+            .arg(root.join("scripts/opencode/test/driver.mjs"))
+            .arg(root.join("scripts/opencode/dstream.js"))
+            .env("DSTREAM_SOCKET", socket)
+            .env_remove("DSTREAM_HOOK_FAIL_CLOSED")
+            .env_remove("DSTREAM_HOOK_TIMEOUT_MS")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("these tests run the OpenCode plugin with Node.js");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let (tx, answers) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in stdout.lines().map_while(Result::ok) {
+                if let Ok(v) = dstream_tests::serde_json::from_str::<Value>(&line)
+                    && tx.send(v).is_err()
+                {
+                    return;
+                }
+            }
+        });
+        let mut oc = OpenCode {
+            child,
+            stdin,
+            answers,
+        };
+        assert_eq!(oc.answer()["ready"], true);
+        oc
+    }
+
+    fn before(&mut self, session: &str, call: &str, command: &str) {
+        let cmd = json!({"op": "before",
+            "input": {"tool": "bash", "sessionID": session, "callID": call},
+            "output": {"args": {"command": command, "description": "test"}}});
+        writeln!(self.stdin, "{cmd}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn answer(&mut self) -> Value {
+        self.answers
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the plugin did not answer")
+    }
+}
+
+impl Drop for OpenCode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn the_opencode_plugin_waits_for_the_decision_and_applies_it() {
+    let mut d = Daemon::start_with(POLICY);
+    let mut oc = OpenCode::start(&d.socket());
+    let mut c = d.client();
+
+    // Approved with an edited command: the arguments OpenCode runs are the edited ones.
+    oc.before("ses_oc", "call_1", "ls");
+    let cp = pending_in(&mut c, "ses_oc");
+    assert_eq!(cp["tool"], "bash");
+    assert_eq!(cp["key"], "call_1");
+    c.ok(
+        "checkpoint.resolve",
+        json!({"id": cp["id"], "decision": "approve", "input": {"command": "ls -la"}}),
+    );
+    let a = oc.answer();
+    assert_eq!(a["ok"], true, "{a}");
+    assert_eq!(a["output"]["args"], json!({"command": "ls -la"}));
+
+    // Rejected: the plugin throws with the note, and OpenCode refuses the tool.
+    oc.before("ses_oc", "call_2", "make deploy");
+    let cp = pending_in(&mut c, "ses_oc");
+    c.ok(
+        "checkpoint.resolve",
+        json!({"id": cp["id"], "decision": "reject", "note": "not from here"}),
+    );
+    let a = oc.answer();
+    assert_eq!(a["ok"], false, "{a}");
+    assert!(
+        a["error"].as_str().unwrap().contains("not from here"),
+        "{a}"
+    );
+
+    // The daemon is killed while the plugin waits; once it is back, the same wait is answered.
+    oc.before("ses_oc", "call_3", "cargo test");
+    let id = pending_in(&mut c, "ses_oc")["id"].clone();
+    drop(c);
+    d.kill9();
+    d.restart();
+    let mut c = d.client();
+    std::thread::sleep(Duration::from_millis(300));
+    c.ok(
+        "checkpoint.resolve",
+        json!({"id": id, "decision": "approve"}),
+    );
+    let a = oc.answer();
+    assert_eq!(a["ok"], true, "{a}");
+    assert_eq!(a["output"]["args"]["command"], "cargo test");
+    let events = c.read_all("ses_oc");
+    assert_eq!(of_type(&events, "checkpoint.requested").len(), 3);
+    assert_eq!(of_type(&events, "checkpoint.delivered").len(), 3);
+}
