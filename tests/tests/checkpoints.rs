@@ -723,3 +723,134 @@ fn the_opencode_plugin_waits_for_the_decision_and_applies_it() {
     assert_eq!(of_type(&events, "checkpoint.requested").len(), 3);
     assert_eq!(of_type(&events, "checkpoint.delivered").len(), 3);
 }
+
+// ---- dstream inbox, driven in tmux ----
+
+/// A tmux server of the test's own (`-L`), killed when the test ends however it ends.
+struct Tmux {
+    server: String,
+}
+
+impl Tmux {
+    fn start(command: &str) -> Tmux {
+        let server = format!("dstream-test-{}", std::process::id());
+        let tmux = Tmux { server };
+        let status = tmux
+            .cmd()
+            .args([
+                "new-session",
+                "-d",
+                "-s",
+                "inbox",
+                "-x",
+                "160",
+                "-y",
+                "40",
+                command,
+            ])
+            .status()
+            .expect("tmux is needed for the inbox test (apt-get install tmux)");
+        assert!(status.success(), "tmux new-session failed");
+        tmux
+    }
+
+    fn cmd(&self) -> Command {
+        let mut c = Command::new("tmux");
+        c.args(["-L", &self.server]).env_remove("TMUX");
+        c
+    }
+
+    fn screen(&self) -> String {
+        let out = self
+            .cmd()
+            .args(["capture-pane", "-p", "-t", "inbox"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn wait_for(&self, text: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let screen = self.screen();
+            if screen.contains(text) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{text:?} never showed in the inbox:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let status = self
+            .cmd()
+            .args(["send-keys", "-t", "inbox"])
+            .args(keys)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.cmd().arg("kill-server").status();
+    }
+}
+
+#[test]
+fn the_inbox_shows_a_waiting_call_and_a_key_decides_it() {
+    let d = Daemon::start_with(POLICY);
+    let inbox = format!(
+        "{} inbox --socket {}",
+        daemon_bin().display(),
+        d.socket().display()
+    );
+    let tmux = Tmux::start(&inbox);
+    tmux.wait_for("0 pending");
+
+    let hook = spawn_hook(
+        &d.socket(),
+        &pre_tool_use("inbox-1", "toolu_i1", "echo from-the-inbox"),
+    );
+    let screen = tmux.wait_for("Bash: echo from-the-inbox");
+    assert!(
+        screen.contains("inbox-1"),
+        "the session is shown:\n{screen}"
+    );
+    assert!(
+        screen.contains("/tmp/project"),
+        "the cwd is shown:\n{screen}"
+    );
+    tmux.keys(&["a"]);
+    let printed = hook_output(hook, Duration::from_secs(15));
+    assert_eq!(permission(&printed).0, "allow", "{printed}");
+    tmux.wait_for("approved by");
+
+    // A note, then a rejection: the agent reads the note.
+    let hook = spawn_hook(
+        &d.socket(),
+        &pre_tool_use("inbox-2", "toolu_i2", "git clean -fd"),
+    );
+    tmux.wait_for("Bash: git clean -fd");
+    tmux.keys(&["n"]);
+    tmux.keys(&["-l", "keep the build dir"]);
+    tmux.keys(&["Enter"]);
+    tmux.keys(&["r"]);
+    let printed = hook_output(hook, Duration::from_secs(15));
+    let (decision, reason) = permission(&printed);
+    assert_eq!(decision, "deny", "{printed}");
+    assert!(reason.contains("keep the build dir"), "{reason}");
+
+    let mut c = d.client();
+    let approved = c.read_all("inbox-1");
+    let approved = of_type(&approved, "checkpoint.approved");
+    assert_eq!(
+        approved[0]["payload"]["decided_by"],
+        format!("user:{}", whoami())
+    );
+    tmux.keys(&["q"]);
+}

@@ -138,7 +138,7 @@ fn resolve(
 }
 
 /// A checkpoint seen the instant it was written may still be syncing: try a few times.
-async fn resolve_retrying(
+pub async fn resolve_retrying(
     client: &Client,
     params: &CheckpointResolveParams,
 ) -> Result<CheckpointInfo, Error> {

@@ -4,6 +4,7 @@ mod checkpoint_cmds;
 mod client_cmds;
 mod daemon_cmd;
 mod hook;
+mod inbox;
 mod install;
 mod output;
 mod plugins_cmd;
@@ -57,6 +58,8 @@ enum Command {
     Approve(checkpoint_cmds::ApproveArgs),
     /// Refuse a held tool call.
     Reject(checkpoint_cmds::RejectArgs),
+    /// Decide pending checkpoints interactively, as they arrive.
+    Inbox(inbox::InboxArgs),
     /// List, check or reload the plugins.
     Plugins(plugins_cmd::PluginsArgs),
     /// Report one agent hook event to the daemon and answer in the agent's format (agents run this).
@@ -103,6 +106,7 @@ pub fn main() -> ExitCode {
         Command::Pending(args) => checkpoint_cmds::pending(args),
         Command::Approve(args) => checkpoint_cmds::approve(args),
         Command::Reject(args) => checkpoint_cmds::reject(args),
+        Command::Inbox(args) => inbox::run(args),
         Command::Hook(args) => Ok(hook::run(args)),
         Command::Install(args) => install::install(args),
         Command::Uninstall(args) => install::uninstall(args),
