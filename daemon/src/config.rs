@@ -91,6 +91,9 @@ pub struct PluginsConfig {
     /// `[plugins.lua.<name>]` tables, handed to each plugin as `host.config`.
     #[serde(default)]
     pub lua: std::collections::BTreeMap<String, toml::Value>,
+    /// `[plugins.native.<file stem>]` tables, handed to a native plugin's `init` as JSON.
+    #[serde(default)]
+    pub native: std::collections::BTreeMap<String, toml::Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -281,6 +284,11 @@ impl Config {
                 return bad(&format!("plugins.lua.{name}"), "must be a table");
             }
         }
+        for (name, value) in &self.plugins.native {
+            if !value.is_table() {
+                return bad(&format!("plugins.native.{name}"), "must be a table");
+            }
+        }
         if self.subscriptions.heartbeat_ms == 0 {
             return bad("subscriptions.heartbeat_ms", "must be at least 1");
         }
@@ -352,6 +360,12 @@ impl Config {
                 .iter()
                 .map(|(k, v)| (k.clone(), serde_json::to_value(v).unwrap_or_default()))
                 .collect(),
+            native_config: p
+                .native
+                .iter()
+                .map(|(k, v)| (k.clone(), serde_json::to_value(v).unwrap_or_default()))
+                .collect(),
+            cache_dir: self.data_dir().join("plugin-cache"),
             limits: crate::plugins::Limits {
                 call_timeout: std::time::Duration::from_millis(p.call_timeout_ms),
                 instructions: p.instruction_budget,

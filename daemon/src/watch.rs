@@ -103,5 +103,9 @@ fn concerns(path: &Path, plugin_dir: &Path, config_file: Option<&Path>) -> bool 
         return true;
     }
     let dir = std::path::absolute(plugin_dir).unwrap_or_else(|_| plugin_dir.to_path_buf());
-    path.parent() == Some(dir.as_path()) && path.extension().is_some_and(|e| e == "lua")
+    path.parent() == Some(dir.as_path())
+        && path.file_name().is_some_and(|n| {
+            let n = n.to_string_lossy();
+            n.ends_with(".lua") || crate::plugins::native::is_native_file(&n)
+        })
 }

@@ -10,6 +10,7 @@
 pub mod builtin;
 pub mod lua;
 mod luajson;
+pub mod native;
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
@@ -97,6 +98,10 @@ pub struct PluginSettings {
     pub disabled: Vec<String>,
     /// `[plugins.lua.<name>]`: passed to the plugin as `host.config`.
     pub config: BTreeMap<String, Json>,
+    /// `[plugins.native.<name>]`: passed to a native plugin's `init` as JSON.
+    pub native_config: BTreeMap<String, Json>,
+    /// Where native libraries are copied to be loaded (see [`native`]).
+    pub cache_dir: PathBuf,
     pub limits: Limits,
     pub max_consecutive_errors: u32,
 }
@@ -230,6 +235,8 @@ impl Shared {
 /// One loaded plugin: its description, the queue to its thread, its counters and health.
 pub struct Plugin {
     pub meta: PluginMeta,
+    /// `lua` or `native`.
+    pub kind: &'static str,
     /// File name, e.g. `claude-code.lua`: what a folder file overrides.
     pub file: String,
     /// `builtin`, or the path it was loaded from.
@@ -348,7 +355,7 @@ impl Plugin {
         let newer = self.newer_failed.lock().unwrap().clone();
         PluginInfo {
             name: self.meta.name.clone(),
-            kind: "lua".into(),
+            kind: self.kind.into(),
             origin: self.origin.clone(),
             sources: self.meta.sources.clone(),
             hooks: self.meta.hooks.names(),
@@ -452,6 +459,7 @@ impl PluginSet {
                     *shared.name.lock().unwrap() = meta.name.clone();
                     set.plugins.push(Arc::new(Plugin {
                         meta,
+                        kind: "lua",
                         file,
                         origin,
                         fingerprint,
@@ -474,13 +482,117 @@ impl PluginSet {
                 }
             }
         }
+        set.load_native(settings, previous);
         set.plugins
             .sort_by(|a, b| (a.meta.priority, &a.meta.name).cmp(&(b.meta.priority, &b.meta.name)));
         set
     }
 
+    /// The folder's native libraries, each loaded from a fresh copy when it changed.
+    fn load_native(&mut self, settings: &PluginSettings, previous: Option<&PluginSet>) {
+        let Ok(found) = read_dir_matching(&settings.dir, native::is_native_file) else {
+            return; // already reported with the Lua files
+        };
+        for (file, path) in found {
+            let stem = native::stem(&file).to_string();
+            if settings.disabled.contains(&stem) {
+                continue;
+            }
+            let bytes = match std::fs::read(&path) {
+                Ok(b) => b,
+                Err(e) => {
+                    self.errors.push(PluginLoadError {
+                        file: path.display().to_string(),
+                        error: format!("cannot read: {e}"),
+                    });
+                    continue;
+                }
+            };
+            let config = settings
+                .native_config
+                .get(&stem)
+                .cloned()
+                .unwrap_or_else(|| Json::Object(Default::default()));
+            let fingerprint = {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                bytes.hash(&mut h);
+                fingerprint(&config.to_string(), &config, &settings.limits).hash(&mut h);
+                h.finish()
+            };
+            let prev = previous.and_then(|p| p.plugins.iter().find(|x| x.file == file).cloned());
+            if let Some(old) = &prev
+                && old.fingerprint == fingerprint
+                && old.disabled().is_none()
+                && old.shared.max_consecutive_errors == settings.max_consecutive_errors.max(1)
+            {
+                *old.newer_failed.lock().unwrap() = None;
+                self.plugins.push(old.clone());
+                continue;
+            }
+            let shared = Shared::new(settings.max_consecutive_errors);
+            match native::spawn(
+                &path,
+                &settings.cache_dir,
+                config,
+                settings.limits,
+                shared.clone(),
+            ) {
+                Ok((meta, tx)) => {
+                    *shared.name.lock().unwrap() = meta.name.clone();
+                    self.plugins.push(Arc::new(Plugin {
+                        meta,
+                        kind: "native",
+                        file,
+                        origin: path.display().to_string(),
+                        fingerprint,
+                        tx,
+                        limits: settings.limits,
+                        shared,
+                        newer_failed: Mutex::new(None),
+                    }));
+                }
+                Err(e) => {
+                    tracing::error!(file = %path.display(), error = %e, "native plugin failed to load");
+                    self.errors.push(PluginLoadError {
+                        file: path.display().to_string(),
+                        error: e.to_string(),
+                    });
+                    if let Some(old) = prev {
+                        *old.newer_failed.lock().unwrap() = Some(e.to_string());
+                        self.plugins.push(old);
+                    }
+                }
+            }
+        }
+    }
+
     /// Loads one file on its own, for `plugins check`: what it declares, or why it fails.
     pub fn check(path: &Path, settings: &PluginSettings) -> Result<PluginInfo, String> {
+        let name = path.file_name().map(|n| n.to_string_lossy().to_string());
+        if let Some(file) = name.filter(|n| native::is_native_file(n)) {
+            let config = settings
+                .native_config
+                .get(native::stem(&file))
+                .cloned()
+                .unwrap_or_else(|| Json::Object(Default::default()));
+            let (meta, _tx) = native::spawn(
+                path,
+                &settings.cache_dir,
+                config,
+                settings.limits,
+                Shared::new(1),
+            )
+            .map_err(|e| e.to_string())?;
+            return Ok(PluginInfo {
+                name: meta.name,
+                kind: "native".into(),
+                origin: path.display().to_string(),
+                sources: meta.sources,
+                hooks: meta.hooks.names(),
+                state: "active".into(),
+                ..Default::default()
+            });
+        }
         let text = read_plugin_file(path)?;
         let file = path
             .file_name()
@@ -516,6 +628,14 @@ fn fingerprint(text: &str, config: &Json, limits: &Limits) -> u64 {
 
 /// The `*.lua` files of the plugin folder (a missing folder has none), by file name.
 fn read_dir(dir: &Path) -> Result<Vec<(String, PathBuf)>, String> {
+    read_dir_matching(dir, |name| name.ends_with(".lua"))
+}
+
+/// The plugin folder's files whose names `wanted` accepts (a missing folder has none).
+fn read_dir_matching(
+    dir: &Path,
+    wanted: impl Fn(&str) -> bool,
+) -> Result<Vec<(String, PathBuf)>, String> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -525,7 +645,7 @@ fn read_dir(dir: &Path) -> Result<Vec<(String, PathBuf)>, String> {
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().to_string();
         // Editors' temporary and backup files are not plugins.
-        if !name.ends_with(".lua") || name.starts_with('.') || name.starts_with('#') {
+        if !wanted(&name) || name.starts_with('.') || name.starts_with('#') {
             continue;
         }
         found.push((name, entry.path()));
@@ -554,6 +674,8 @@ mod tests {
             dir: PathBuf::from("/nonexistent"),
             disabled: vec![],
             config: BTreeMap::new(),
+            native_config: BTreeMap::new(),
+            cache_dir: std::env::temp_dir(),
             limits: Limits {
                 call_timeout: Duration::from_millis(500),
                 instructions: 10_000_000,
