@@ -223,3 +223,55 @@ fn replacing_a_library_while_events_flow_loads_the_new_copy_and_loses_nothing() 
     let list = c.ok("plugins.list", json!({}));
     assert!(list["errors"].as_array().unwrap().is_empty(), "{list}");
 }
+
+#[test]
+fn a_plugin_that_segfaults_in_its_own_process_costs_one_event_not_the_daemon() {
+    let d = daemon("[plugins.native.crash]\nisolation = \"process\"\n");
+    build(
+        "tests/native/crash.c",
+        &d.plugin_dir().join("crash.so"),
+        &[],
+    );
+    let d = start(d);
+    let mut c = d.client();
+    let list = c.ok("plugins.list", json!({}));
+    assert_eq!(plugin(&list, "crashy").unwrap()["kind"], "native", "{list}");
+    let ok = |c: &mut Client| {
+        let r = c.ok(
+            "ingest",
+            json!({"source": "crashy", "event": {"kind": "ok"}}),
+        );
+        r["events"][0]["type"].as_str().unwrap_or("").to_string()
+    };
+    assert_eq!(ok(&mut c), "crashy.ok");
+    // The child dies on this one: the event is kept, unmapped, with the reason.
+    let r = c.ok(
+        "ingest",
+        json!({"source": "crashy", "event": {"kind": "crash"}, "session_id": "crashy"}),
+    );
+    let types: Vec<&str> = r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["unmapped", "plugin.error"], "{r}");
+    assert!(d.is_running(), "the daemon survived");
+    // The child comes back (after its backoff) and maps again.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ok(&mut c) != "crashy.ok" {
+        assert!(Instant::now() < deadline, "the plugin-host never came back");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let stored = c.read_all("crashy");
+    let crash = stored.iter().find(|e| e["type"] == "plugin.error").unwrap();
+    assert!(
+        crash["payload"]["error"].as_str().unwrap().contains("died"),
+        "{crash}"
+    );
+    assert!(
+        stored
+            .iter()
+            .any(|e| e["type"] == "unmapped" && e["raw"]["kind"] == "crash")
+    );
+}

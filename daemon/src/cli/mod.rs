@@ -60,6 +60,10 @@ enum Command {
     Reject(checkpoint_cmds::RejectArgs),
     /// Decide pending checkpoints interactively, as they arrive.
     Inbox(inbox::InboxArgs),
+    /// Run one native plugin for the daemon, answering over stdin/stdout (`isolation =
+    /// "process"`; the daemon starts this, not people).
+    #[command(hide = true)]
+    PluginHost(PluginHostArgs),
     /// List, check or reload the plugins.
     Plugins(plugins_cmd::PluginsArgs),
     /// Report one agent hook event to the daemon and answer in the agent's format (agents run this).
@@ -68,6 +72,16 @@ enum Command {
     Install(install::InstallArgs),
     /// Remove what `dstream install` added, and nothing else.
     Uninstall(install::UninstallArgs),
+}
+
+#[derive(Args)]
+struct PluginHostArgs {
+    /// The plugin library.
+    library: PathBuf,
+    /// Where to copy it for loading.
+    cache: PathBuf,
+    /// Its `[plugins.native.<name>]` table as JSON.
+    config: String,
 }
 
 pub fn main() -> ExitCode {
@@ -107,6 +121,9 @@ pub fn main() -> ExitCode {
         Command::Approve(args) => checkpoint_cmds::approve(args),
         Command::Reject(args) => checkpoint_cmds::reject(args),
         Command::Inbox(args) => inbox::run(args),
+        Command::PluginHost(a) => Ok(dstream_daemon::plugins::isolated::host_main(
+            &a.library, &a.cache, &a.config,
+        )),
         Command::Hook(args) => Ok(hook::run(args)),
         Command::Install(args) => install::install(args),
         Command::Uninstall(args) => install::uninstall(args),

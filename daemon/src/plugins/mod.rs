@@ -8,6 +8,7 @@
 //! deadline, is disabled until the next reload, and says why.
 
 pub mod builtin;
+pub mod isolated;
 pub mod lua;
 mod luajson;
 pub mod native;
@@ -530,7 +531,13 @@ impl PluginSet {
                 continue;
             }
             let shared = Shared::new(settings.max_consecutive_errors);
-            match native::spawn(
+            // `isolation = "process"`: in a child process, where a crash costs one call.
+            let spawn = if config.get("isolation").and_then(Json::as_str) == Some("process") {
+                isolated::spawn
+            } else {
+                native::spawn
+            };
+            match spawn(
                 &path,
                 &settings.cache_dir,
                 config,

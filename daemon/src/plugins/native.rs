@@ -123,20 +123,42 @@ thread_local! {
     static PLUGIN_NAME: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
 }
 
-/// A loaded plugin: its table and its state. Used only on its own thread.
-struct Loaded {
+/// A loaded plugin: its table and its state. Used only on its own thread (or, in a
+/// `dstream plugin-host` child, on the child's main thread).
+pub struct Local {
     vt: VTable,
     state: *mut c_void,
     meta: PluginMeta,
 }
 
-// SAFETY: a `Loaded` is created on, and only ever used from, the plugin's own thread; it is
+impl Local {
+    /// Loads the library at `path` (from a private copy in `cache`) and runs its `init`.
+    pub fn load(path: &Path, cache: &Path, config: &Json) -> Result<Local, PluginError> {
+        load(path, cache, config)
+    }
+
+    pub fn meta(&self) -> &PluginMeta {
+        &self.meta
+    }
+
+    /// One call, on the calling thread.
+    pub fn call(&self, hook: Hooks, input: Input) -> Result<Vec<Json>, PluginError> {
+        PLUGIN_NAME.with(|n| *n.borrow_mut() = self.meta.name.clone());
+        run(self, hook, input)
+    }
+
+    pub fn shutdown(&self) {
+        shutdown(self)
+    }
+}
+
+// SAFETY: a `Local` is created on, and only ever used from, the plugin's own thread; it is
 // moved there once before any call.
-unsafe impl Send for Loaded {}
+unsafe impl Send for Local {}
 
 /// Copies `path` to a unique name in `cache` (so the loader maps it anew), loads it, checks its
 /// table, and runs `init` with `config`; the library is leaked on purpose (see the module docs).
-fn load(path: &Path, cache: &Path, config: &Json) -> Result<Loaded, PluginError> {
+fn load(path: &Path, cache: &Path, config: &Json) -> Result<Local, PluginError> {
     let load_err = |m: String| PluginError::Load(m);
     crate::store::create_private_dir(cache)
         .map_err(|e| load_err(format!("cannot create {}: {e}", cache.display())))?;
@@ -228,7 +250,7 @@ fn load(path: &Path, cache: &Path, config: &Json) -> Result<Loaded, PluginError>
             return Err(load_err(format!("init failed: {why}")));
         }
     }
-    Ok(Loaded {
+    Ok(Local {
         meta: PluginMeta {
             name,
             sources,
@@ -299,14 +321,14 @@ pub fn spawn(
     }
 }
 
-fn shutdown(loaded: &Loaded) {
+fn shutdown(loaded: &Local) {
     if let Some(f) = loaded.vt.shutdown {
         // SAFETY: the plugin's own function, called once, on its thread, after the last call.
         unsafe { f(loaded.state) };
     }
 }
 
-fn serve(loaded: &Loaded, rx: &Receiver<Call>, shared: &Shared) {
+fn serve(loaded: &Local, rx: &Receiver<Call>, shared: &Shared) {
     PLUGIN_NAME.with(|n| *n.borrow_mut() = loaded.meta.name.clone());
     while let Ok(call) = rx.recv() {
         let started = Instant::now();
@@ -328,7 +350,7 @@ fn serve(loaded: &Loaded, rx: &Receiver<Call>, shared: &Shared) {
 }
 
 /// One call into the plugin; its output parsed into the shapes the pipeline expects.
-fn run(l: &Loaded, hook: Hooks, input: Input) -> Result<Vec<Json>, PluginError> {
+fn run(l: &Local, hook: Hooks, input: Input) -> Result<Vec<Json>, PluginError> {
     let vt = &l.vt;
     let missing = || PluginError::Call(format!("plugin has no `{}` function", hook.name()));
     let mut out: *mut c_char = std::ptr::null_mut();
@@ -425,7 +447,7 @@ fn run(l: &Loaded, hook: Hooks, input: Input) -> Result<Vec<Json>, PluginError> 
 }
 
 /// Copies the plugin's output buffer and hands it back to its `free_buf`.
-fn take_output(l: &Loaded, out: *mut c_char, len: usize) -> Option<Vec<u8>> {
+fn take_output(l: &Local, out: *mut c_char, len: usize) -> Option<Vec<u8>> {
     if out.is_null() {
         return None;
     }
