@@ -275,3 +275,58 @@ fn a_plugin_that_segfaults_in_its_own_process_costs_one_event_not_the_daemon() {
             .any(|e| e["type"] == "unmapped" && e["raw"]["kind"] == "crash")
     );
 }
+
+/// Builds the Rust example plugin (its own small workspace) and returns the library.
+fn build_rust_example() -> PathBuf {
+    let target = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .join("target/examples-rust");
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "--release", "--quiet", "--manifest-path"])
+        .arg(repo().join("plugins/examples/rust/Cargo.toml"))
+        .env("CARGO_TARGET_DIR", &target)
+        .status()
+        .expect("cargo builds the Rust example plugin");
+    assert!(status.success(), "building plugins/examples/rust failed");
+    target.join("release/libdstream_example_plugin.so")
+}
+
+#[test]
+fn a_rust_plugin_maps_events_and_its_panics_stop_at_its_boundary() {
+    let d = daemon("");
+    std::fs::copy(build_rust_example(), d.plugin_dir().join("rust_example.so")).unwrap();
+    let d = start(d);
+    let mut c = d.client();
+    let r = c.ok(
+        "ingest",
+        json!({"source": "rust-example", "event": {"hello": "world"}, "session_id": "rusty"}),
+    );
+    assert_eq!(r["events"][0]["type"], "example.received", "{r}");
+    // A panic inside the plugin is an ordinary plugin error: the event is kept, unmapped.
+    let r = c.ok(
+        "ingest",
+        json!({"source": "rust-example", "event": {"do": "panic!"}, "session_id": "rusty"}),
+    );
+    let types: Vec<&str> = r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["unmapped", "plugin.error"], "{r}");
+    let stored = c.read_all("rusty");
+    assert_eq!(stored[0]["payload"]["by"], "rust");
+    assert_eq!(stored[0]["payload"]["bytes"], 17);
+    let error = stored.iter().find(|e| e["type"] == "plugin.error").unwrap();
+    assert!(
+        error["payload"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("panicked: asked to panic"),
+        "{error}"
+    );
+    assert!(d.is_running());
+    let list = c.ok("plugins.list", json!({}));
+    assert_eq!(plugin(&list, "rust_example").unwrap()["state"], "active");
+}
