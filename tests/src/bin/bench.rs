@@ -714,7 +714,13 @@ impl Bench<'_> {
         let oneshot = agents::build_oneshot(repo)?;
         let event = agents::pre_tool_use(repo)?;
         let (dir, s) = self.dstream(bin, "dstream-agents-")?;
-        let (d, _) = s.start(FSYNC_ALWAYS)?;
+        // A plugin folder of its own (so the user's plugins stay out of the figures).
+        let plugins = s.dir.join("plugins");
+        std::fs::create_dir_all(&plugins)?;
+        let (d, _) = s.start(&format!(
+            "{FSYNC_ALWAYS}\n[plugins]\ndir = {:?}",
+            plugins.display().to_string()
+        ))?;
         let socket = s.socket();
         // Alternate the two clients, so both meet the same machine state.
         let (mut hook, mut c) = (Vec::new(), Vec::new());
@@ -762,6 +768,10 @@ impl Bench<'_> {
         p.p50.map(|v| self.ours.insert("hook_down/p50", v));
         p.p99.map(|v| self.ours.insert("hook_down/p99", v));
 
+        // Then a native and a Lua filter that both pass every event on, to compare what one
+        // `process` call costs in each host.
+        agents::add_filters(repo, &plugins)?;
+        rpc::Rpc::connect(&socket)?.call("plugins.reload", "{}")?;
         for (name, micros, calls) in agents::plugin_costs(&socket, repo, rounds)? {
             eprintln!("bench:   plugin {name}: {micros:.1} µs per call over {calls} calls");
             self.ours.insert(leak(format!("plugin/{name}")), micros);
@@ -1072,6 +1082,12 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
         "… the same, p99",
         get(ours, "hook_down/p99"),
         None,
+        Better::Lower,
+    );
+    t.add(
+        "a `process` call that passes the event on, µs in the plugin: native (C, bash_guard) vs Lua (reference column)",
+        get(ours, "plugin/bash_guard"),
+        get(ours, "plugin/lua_passthrough"),
         Better::Lower,
     );
     for name in ["claude-code", "opencode", "claude-agent-sdk", "redact"] {

@@ -62,6 +62,29 @@ pub fn build_oneshot(repo: &Path) -> Result<PathBuf> {
     Ok(out)
 }
 
+/// Puts the example native filter (built with `cc`) and a Lua filter doing the same nothing
+/// into `plugins`: both emit every event unchanged.
+pub fn add_filters(repo: &Path, plugins: &Path) -> Result<()> {
+    let status = Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-I"])
+        .arg(repo.join("plugins/include"))
+        .arg("-o")
+        .arg(plugins.join("bash_guard.so"))
+        .arg(repo.join("plugins/examples/c/bash_guard.c"))
+        .status()
+        .context("running cc for the native plugin")?;
+    if !status.success() {
+        bail!("cc failed to build plugins/examples/c/bash_guard.c");
+    }
+    std::fs::write(
+        plugins.join("lua_passthrough.lua"),
+        "local M = { name = \"lua_passthrough\", api = 1, priority = 10 }\n\
+         function M.process(event, emit) emit(event) end\n\
+         return M\n",
+    )?;
+    Ok(())
+}
+
 /// Runs `cmd` once per sample with `input` on stdin and returns each run's wall time in ns
 /// (spawn to exit, as the agent waits for it). Fails if a run exits unsuccessfully.
 pub fn time_runs(mut make: impl FnMut() -> Command, input: &str, runs: usize) -> Result<Vec<u64>> {
