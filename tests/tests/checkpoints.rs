@@ -110,6 +110,19 @@ fn of_type<'a>(events: &'a [Value], ty: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["type"] == ty).collect()
 }
 
+/// A session's events once `n` deliveries are recorded: a delivery is written just after the
+/// waiting client was handed the decision, so it may trail the client's exit a little.
+fn read_delivered(c: &mut Client, session: &str, n: usize) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let events = c.read_all(session);
+        if of_type(&events, "checkpoint.delivered").len() >= n || Instant::now() > deadline {
+            return events;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn whoami() -> String {
     let out = Command::new("id").arg("-un").output().unwrap();
     String::from_utf8(out.stdout).unwrap().trim().to_string()
@@ -177,7 +190,7 @@ fn a_held_tool_call_waits_for_approve_reject_or_an_edit() {
     assert!(reason.contains("not today"), "{reason}");
 
     // The log tells the whole story, decided_by from the OS, the delivery recorded.
-    let events = c.read_all("s-edit");
+    let events = read_delivered(&mut c, "s-edit", 1);
     assert_eq!(
         types(&events),
         [
@@ -340,7 +353,7 @@ fn a_retried_hook_gets_the_same_checkpoint() {
         permission(&hook_output(second, Duration::from_secs(10))).0,
         "allow"
     );
-    let events = c.read_all("retry");
+    let events = read_delivered(&mut c, "retry", 1);
     assert_eq!(of_type(&events, "checkpoint.requested").len(), 1);
     assert_eq!(of_type(&events, "checkpoint.approved").len(), 1);
     assert_eq!(of_type(&events, "checkpoint.delivered").len(), 1);
@@ -443,7 +456,7 @@ fn a_waiting_hook_survives_a_daemon_killed_and_restarted() {
     assert!(out.status.success(), "{out:?}");
     let printed = hook_output(hook, Duration::from_secs(15));
     assert_eq!(permission(&printed).0, "allow");
-    let events = c.read_all("crash");
+    let events = read_delivered(&mut c, "crash", 1);
     assert_eq!(
         types(&events),
         [
@@ -719,7 +732,7 @@ fn the_opencode_plugin_waits_for_the_decision_and_applies_it() {
     let a = oc.answer();
     assert_eq!(a["ok"], true, "{a}");
     assert_eq!(a["output"]["args"]["command"], "cargo test");
-    let events = c.read_all("ses_oc");
+    let events = read_delivered(&mut c, "ses_oc", 3);
     assert_eq!(of_type(&events, "checkpoint.requested").len(), 3);
     assert_eq!(of_type(&events, "checkpoint.delivered").len(), 3);
 }

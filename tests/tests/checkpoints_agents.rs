@@ -177,7 +177,19 @@ fn three_cases(agent: &str, run: Runner) {
         }
     }
     let mut c = d.client();
-    let events = checkpoint_events(&mut c);
+    // A delivery is recorded just after the agent got its decision: give the last one a moment.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut events = checkpoint_events(&mut c);
+    while events
+        .iter()
+        .filter(|e| e["type"] == "checkpoint.delivered")
+        .count()
+        < 3
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(50));
+        events = checkpoint_events(&mut c);
+    }
     let count = |t: &str| events.iter().filter(|e| e["type"] == t).count();
     assert_eq!(count("checkpoint.requested"), 3, "{agent}: {events:#?}");
     assert_eq!(count("checkpoint.rejected"), 1, "{agent}");
