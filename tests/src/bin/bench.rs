@@ -11,6 +11,8 @@
 mod agents;
 #[path = "bench/checkpoints.rs"]
 mod checkpoints;
+#[path = "bench/ffi.rs"]
+mod ffi;
 #[path = "bench/http.rs"]
 mod http;
 #[path = "bench/load.rs"]
@@ -201,6 +203,7 @@ fn run() -> Result<()> {
         b.dstream_subscriber(bin)?;
         b.dstream_checkpoints(bin)?;
         b.dstream_agents(bin, &repo)?;
+        b.dstream_ffi(bin, &repo)?;
         b.dstream_many(bin)?;
         b.dstream_big(bin)?;
     }
@@ -824,6 +827,28 @@ impl Bench<'_> {
         Ok(())
     }
 
+    /// Appends from C through `ds_append` at 1 and 16 threads, and the Rust SDK likewise.
+    fn dstream_ffi(&mut self, bin: &Path, repo: &Path) -> Result<()> {
+        let lib_dir = procs::build_ffi(repo, bin)?;
+        let secs = self.o.measure.as_secs_f64();
+        for threads in [1usize, 16] {
+            eprintln!(
+                "bench: dstream: appends from C (ds_append) and the Rust SDK, {threads} thread(s)"
+            );
+            let (dir, s) = self.dstream(bin, "dstream-ffi-")?;
+            let (d, _) = s.start(FSYNC_ALWAYS)?;
+            let c = ffi::c_appends(repo, &lib_dir, &s.socket(), threads, secs)?;
+            let rust = ffi::sdk_appends(&s.socket(), threads, secs)?;
+            d.stop()?;
+            eprintln!("bench:   C {c:.0}/s, Rust SDK {rust:.0}/s");
+            self.ours.insert(leak(format!("ffi/c{threads}")), c);
+            self.ours.insert(leak(format!("ffi/sdk{threads}")), rust);
+            drop(dir);
+            sync_disk();
+        }
+        Ok(())
+    }
+
     /// Checkpoints: one round trip decided by a program at once, and many held pending.
     fn dstream_checkpoints(&mut self, bin: &Path) -> Result<()> {
         let quick = self.o.measure < Duration::from_secs(5);
@@ -1104,6 +1129,14 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
         None,
         Better::Higher,
     );
+    for threads in [1, 16] {
+        t.add(
+            format!("appends/s from C through `ds_append`, {threads} thread(s) on one client, own sessions (reference column: the Rust SDK, {threads} task(s) on one client)"),
+            get(ours, &format!("ffi/c{threads}")),
+            get(ours, &format!("ffi/sdk{threads}")),
+            Better::Higher,
+        );
+    }
     t.add(
         "checkpoint round trip p50 ms (request → decided by a program at once → await answered; 2 fsyncs)",
         get(ours, "cp/p50"),

@@ -66,6 +66,35 @@ pub fn build_daemon(repo: &Path) -> Result<PathBuf> {
     Ok(bin)
 }
 
+/// Builds libdstream_ffi (release) beside the daemon and returns its directory.
+pub fn build_ffi(repo: &Path, daemon: &Path) -> Result<PathBuf> {
+    let dir = daemon
+        .parent()
+        .context("the daemon has no parent dir")?
+        .to_path_buf();
+    eprintln!("bench: building the C library: cargo build --release -p dstream-ffi --lib");
+    let mut cmd = Command::new(cargo());
+    cmd.args([
+        "build",
+        "--release",
+        "-p",
+        "dstream-ffi",
+        "--lib",
+        "--manifest-path",
+    ])
+    .arg(repo.join("Cargo.toml"));
+    if dir.file_name().is_some_and(|n| n == "release")
+        && let Some(target) = dir.parent()
+    {
+        cmd.env("CARGO_TARGET_DIR", target);
+    }
+    let status = cmd.status().context("running cargo build")?;
+    if !status.success() {
+        bail!("cargo build of dstream-ffi failed ({status})");
+    }
+    Ok(dir)
+}
+
 /// Installs the reference server under `<repo>/.bench-cache/durable-streams` when missing.
 pub fn ensure_reference(repo: &Path) -> Result<PathBuf> {
     let root = repo.join(".bench-cache/durable-streams");
