@@ -64,6 +64,52 @@ pub fn daemon_bin() -> PathBuf {
     bin
 }
 
+/// The directory holding `libdstream_ffi.so`, for the C and Node tests.
+///
+/// `cargo test` builds dstream-ffi only as an rlib (what Rust dependents link), so on a fresh
+/// checkout the C library is not there yet: it is then built once, with `cargo build -p
+/// dstream-ffi --lib`, into a target directory of its own (the running `cargo test` holds the
+/// lock on the main one). `$DSTREAM_FFI_LIB_DIR` points at a prebuilt one instead.
+pub fn ffi_lib_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        if let Some(dir) = std::env::var_os("DSTREAM_FFI_LIB_DIR") {
+            return PathBuf::from(dir);
+        }
+        let profile_dir = daemon_bin().parent().expect("profile dir").to_path_buf();
+        if profile_dir.join("libdstream_ffi.so").is_file() {
+            return profile_dir;
+        }
+        let target = profile_dir.parent().expect("target dir").join("ffi-lib");
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("repo")
+            .join("Cargo.toml");
+        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "dstream-ffi",
+                "--lib",
+                "--manifest-path",
+            ])
+            .arg(&manifest)
+            .env("CARGO_TARGET_DIR", &target)
+            .status()
+            .expect("run cargo build -p dstream-ffi");
+        assert!(status.success(), "cargo build -p dstream-ffi failed");
+        let dir = target.join("debug");
+        assert!(
+            dir.join("libdstream_ffi.so").is_file(),
+            "libdstream_ffi.so not found in {} after building it",
+            dir.display()
+        );
+        dir
+    })
+    .clone()
+}
+
 /// Milliseconds since the Unix epoch, by the test's clock.
 pub fn now_ms() -> u64 {
     SystemTime::now()

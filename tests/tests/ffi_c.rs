@@ -18,15 +18,8 @@ fn repo() -> PathBuf {
         .to_path_buf()
 }
 
-/// The directory holding libdstream_ffi.so (cargo builds it beside the dstream binary).
 fn lib_dir() -> PathBuf {
-    let dir = daemon_bin().parent().unwrap().to_path_buf();
-    assert!(
-        dir.join("libdstream_ffi.so").is_file(),
-        "libdstream_ffi.so is not in {}; build it with `cargo build -p dstream-ffi`",
-        dir.display()
-    );
-    dir
+    dstream_tests::ffi_lib_dir()
 }
 
 /// Compiles one C program against ffi/include/dstream.h and the library.

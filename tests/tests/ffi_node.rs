@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use dstream_tests::{Daemon, daemon_bin};
+use dstream_tests::Daemon;
 
 fn package() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -47,7 +47,7 @@ fn npm_ci(dir: &Path) {
 fn the_node_package_passes_its_suite_against_a_real_daemon() {
     let dir = package();
     npm_ci(&dir);
-    let lib = daemon_bin().parent().unwrap().join("libdstream_ffi.so");
+    let lib = dstream_tests::ffi_lib_dir().join("libdstream_ffi.so");
     assert!(lib.is_file(), "{} is missing", lib.display());
     let d = Daemon::start();
     let out = Command::new(std::env::var("DSTREAM_TEST_NODE").unwrap_or_else(|_| "node".into()))
