@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value as Json, json};
 
-use super::{Call, Hooks, Input, Limits, PluginError, PluginMeta, Reply, Shared, native};
+use super::{Call, Hooks, Input, Limits, PluginError, PluginMeta, Shared, native};
 
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
@@ -204,20 +204,8 @@ struct Keeper {
 
 impl Keeper {
     fn serve(&mut self, rx: &Receiver<Call>, shared: &Shared) {
-        while let Ok(call) = rx.recv() {
-            let started = Instant::now();
-            let result = self.run(call.hook, call.input);
-            let micros = started.elapsed().as_micros() as u64;
-            match call.reply {
-                Some(reply) => {
-                    let _ = reply.send(Reply { result, micros });
-                }
-                None => {
-                    shared.event_done(call.bytes);
-                    shared.record(result.as_ref().err(), micros, false);
-                }
-            }
-        }
+        let name = self.name.clone();
+        super::serve_calls(rx, shared, &name, |hook, input| self.run(hook, input));
     }
 
     fn run(&mut self, hook: Hooks, input: Input) -> Result<Vec<Json>, PluginError> {

@@ -228,23 +228,8 @@ impl Host {
     }
 
     fn serve(self, rx: Receiver<Call>, shared: &Shared) {
-        while let Ok(call) = rx.recv() {
-            let started = Instant::now();
-            let result = self.run(call.hook, call.input);
-            let micros = started.elapsed().as_micros() as u64;
-            match call.reply {
-                Some(reply) => {
-                    let _ = reply.send(Reply { result, micros });
-                }
-                None => {
-                    shared.event_done(call.bytes);
-                    if let Err(e) = &result {
-                        tracing::warn!(plugin = %self.meta.name, error = %e, "on_event failed");
-                    }
-                    shared.record(result.as_ref().err(), micros, false);
-                }
-            }
-        }
+        let name = self.meta.name.clone();
+        super::serve_calls(&rx, shared, &name, |hook, input| self.run(hook, input));
     }
 
     fn run(&self, hook: Hooks, input: super::Input) -> Result<Vec<Json>, PluginError> {

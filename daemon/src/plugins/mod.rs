@@ -233,6 +233,34 @@ impl Shared {
     }
 }
 
+/// A plugin thread's loop, whatever runs the plugin (Lua, a library, a child process):
+/// answers each call with `run` until the queue closes. Replies go back to the waiting
+/// caller; an `on_event` call (nobody waits for it) is counted and logged here.
+pub(crate) fn serve_calls(
+    rx: &mpsc::Receiver<Call>,
+    shared: &Shared,
+    name: &str,
+    mut run: impl FnMut(Hooks, Input) -> Result<Vec<Json>, PluginError>,
+) {
+    while let Ok(call) = rx.recv() {
+        let started = std::time::Instant::now();
+        let result = run(call.hook, call.input);
+        let micros = started.elapsed().as_micros() as u64;
+        match call.reply {
+            Some(reply) => {
+                let _ = reply.send(Reply { result, micros });
+            }
+            None => {
+                shared.event_done(call.bytes);
+                if let Err(e) = &result {
+                    tracing::warn!(plugin = %name, error = %e, "on_event failed");
+                }
+                shared.record(result.as_ref().err(), micros, false);
+            }
+        }
+    }
+}
+
 /// One loaded plugin: its description, the queue to its thread, its counters and health.
 pub struct Plugin {
     pub meta: PluginMeta,

@@ -19,11 +19,10 @@ use std::ffi::{CStr, c_char, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, SyncSender};
-use std::time::Instant;
 
 use serde_json::{Value as Json, json};
 
-use super::{Call, Hooks, Input, Limits, PluginError, PluginMeta, Reply, Shared};
+use super::{Call, Hooks, Input, Limits, PluginError, PluginMeta, Shared};
 
 /// The ABI version this daemon speaks.
 pub const ABI_VERSION: u32 = 1;
@@ -330,23 +329,9 @@ fn shutdown(loaded: &Local) {
 
 fn serve(loaded: &Local, rx: &Receiver<Call>, shared: &Shared) {
     PLUGIN_NAME.with(|n| *n.borrow_mut() = loaded.meta.name.clone());
-    while let Ok(call) = rx.recv() {
-        let started = Instant::now();
-        let result = run(loaded, call.hook, call.input);
-        let micros = started.elapsed().as_micros() as u64;
-        match call.reply {
-            Some(reply) => {
-                let _ = reply.send(Reply { result, micros });
-            }
-            None => {
-                shared.event_done(call.bytes);
-                if let Err(e) = &result {
-                    tracing::warn!(plugin = %loaded.meta.name, error = %e, "on_event failed");
-                }
-                shared.record(result.as_ref().err(), micros, false);
-            }
-        }
-    }
+    super::serve_calls(rx, shared, &loaded.meta.name, |hook, input| {
+        run(loaded, hook, input)
+    });
 }
 
 /// One call into the plugin; its output parsed into the shapes the pipeline expects.
