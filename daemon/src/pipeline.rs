@@ -164,6 +164,24 @@ impl Pipeline {
         }
     }
 
+    /// Runs the filters (`process`, redaction included) over an event that did not come in
+    /// through `ingest`, such as an SDK caller's checkpoint request, so that what is stored is
+    /// filtered the same way. Blocking. The first event the filters kept, or `None` if they
+    /// dropped it; filter failures are logged and the event goes on unchanged.
+    pub fn filter(&self, session: &str, source: &str, event: Json) -> Option<Json> {
+        let set = self.plugins();
+        let draft = Draft {
+            session_id: session.to_string(),
+            event: object(event),
+        };
+        let mut notes = Vec::new();
+        let kept = process(&set, vec![draft], source, &Json::Null, &mut notes);
+        for note in notes {
+            tracing::warn!(error = %Json::Object(note.event), "a filter failed on a checkpoint request");
+        }
+        kept.into_iter().next().map(|d| Json::Object(d.event))
+    }
+
     /// The plugins in force.
     pub fn plugins(&self) -> Arc<PluginSet> {
         self.plugins.borrow().clone()
@@ -255,6 +273,67 @@ async fn observe(
             }
         }
     }
+}
+
+/// The filters, in order: each may keep, change, split or drop every event. A failing filter
+/// passes the event on unchanged, with a `plugin.error` in `notes`.
+fn process(
+    set: &PluginSet,
+    mut drafts: Vec<Draft>,
+    source: &str,
+    raw: &Json,
+    notes: &mut Vec<Draft>,
+) -> Vec<Draft> {
+    for plugin in set.with(Hooks::PROCESS) {
+        if plugin.disabled().is_some() {
+            continue;
+        }
+        let mut next = Vec::with_capacity(drafts.len());
+        for mut draft in drafts {
+            if plugin.meta.process_if_contains.is_some() {
+                let mut text = serde_json::to_vec(&draft.event).unwrap_or_default();
+                text.make_ascii_lowercase();
+                if !plugin.wants(&text) {
+                    next.push(draft);
+                    continue;
+                }
+            }
+            draft
+                .event
+                .insert("session_id".into(), Json::String(draft.session_id.clone()));
+            let event = Arc::new(Json::Object(draft.event));
+            let out = plugin
+                .call(Hooks::PROCESS, Input::Event(event.clone()))
+                .map_err(|f| (f.error.to_string(), Some(f)))
+                .and_then(|out| {
+                    out.into_iter()
+                        .map(|e| normalize(e, &draft.session_id, source, raw, false))
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(|why| (why, None))
+                });
+            match out {
+                Ok(out) => next.extend(out),
+                Err((why, failure)) => {
+                    // The event goes on as it came in.
+                    let mut event = object(Arc::unwrap_or_clone(event));
+                    event.remove("session_id");
+                    notes.push(plugin_error(
+                        plugin,
+                        "process",
+                        &why,
+                        failure.as_ref(),
+                        &draft.session_id,
+                    ));
+                    next.push(Draft {
+                        session_id: draft.session_id,
+                        event,
+                    });
+                }
+            }
+        }
+        drafts = next;
+    }
+    drafts
 }
 
 /// Tool calls seen recently: (session, tool_use_id) → the request event's id.
@@ -366,55 +445,7 @@ impl Worker {
         drafts.append(&mut notes);
 
         // process
-        for plugin in set.with(Hooks::PROCESS) {
-            if plugin.disabled().is_some() {
-                continue;
-            }
-            let mut next = Vec::with_capacity(drafts.len());
-            for mut draft in drafts {
-                if plugin.meta.process_if_contains.is_some() {
-                    let mut text = serde_json::to_vec(&draft.event).unwrap_or_default();
-                    text.make_ascii_lowercase();
-                    if !plugin.wants(&text) {
-                        next.push(draft);
-                        continue;
-                    }
-                }
-                draft
-                    .event
-                    .insert("session_id".into(), Json::String(draft.session_id.clone()));
-                let event = Arc::new(Json::Object(draft.event));
-                let out = plugin
-                    .call(Hooks::PROCESS, Input::Event(event.clone()))
-                    .map_err(|f| (f.error.to_string(), Some(f)))
-                    .and_then(|out| {
-                        out.into_iter()
-                            .map(|e| normalize(e, &draft.session_id, &source, &raw, false))
-                            .collect::<Result<Vec<_>, _>>()
-                            .map_err(|why| (why, None))
-                    });
-                match out {
-                    Ok(out) => next.extend(out),
-                    Err((why, failure)) => {
-                        // The event goes on as it came in.
-                        let mut event = object(Arc::unwrap_or_clone(event));
-                        event.remove("session_id");
-                        notes.push(plugin_error(
-                            plugin,
-                            "process",
-                            &why,
-                            failure.as_ref(),
-                            &draft.session_id,
-                        ));
-                        next.push(Draft {
-                            session_id: draft.session_id,
-                            event,
-                        });
-                    }
-                }
-            }
-            drafts = next;
-        }
+        let mut drafts = process(set, drafts, &source, &raw, &mut notes);
         // Errors of the filters are stored as they are: running them through the filter
         // that just failed would fail again.
         drafts.append(&mut notes);

@@ -867,3 +867,24 @@ fn the_inbox_shows_a_waiting_call_and_a_key_decides_it() {
     );
     tmux.keys(&["q"]);
 }
+
+#[test]
+fn an_sdk_checkpoint_request_is_redacted_before_it_is_stored() {
+    let d = Daemon::start();
+    let mut c = d.client();
+    let secret = "sk-ant-api03-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789";
+    let cp = c.ok(
+        "checkpoint.request",
+        json!({"session_id": "sdk-secret", "key": "k", "tool": "Bash",
+               "input": {"command": format!("ANTHROPIC_API_KEY={secret} ./deploy")}}),
+    );
+    assert!(!cp.to_string().contains(secret), "{cp}");
+    let listed = c.ok("checkpoint.list", json!({"session_id": "sdk-secret"}));
+    assert!(!listed.to_string().contains(secret), "{listed}");
+    let log = std::fs::read_to_string(d.log_path("sdk-secret")).unwrap();
+    assert!(!log.contains(secret), "the secret reached the log: {log}");
+    assert!(
+        log.contains("./deploy"),
+        "the rest of the input is kept: {log}"
+    );
+}

@@ -102,11 +102,12 @@ pub async fn request(state: &Arc<DaemonState>, raw: Option<&RawValue>) -> RpcRes
         input: p.input,
         ..Default::default()
     };
-    let checkpoints = state.checkpoints.clone();
-    let prepared = tokio::task::spawn_blocking(move || checkpoints.prepare(request))
-        .await
-        .map_err(internal)?
-        .map_err(rpc_error)?;
+    let (checkpoints, pipeline) = (state.checkpoints.clone(), state.pipeline.clone());
+    let prepared =
+        tokio::task::spawn_blocking(move || checkpoints.prepare(filtered(&pipeline, request)))
+            .await
+            .map_err(internal)?
+            .map_err(rpc_error)?;
     let info = match prepared {
         Prepared::Existing(info) => info,
         Prepared::New {
@@ -120,6 +121,28 @@ pub async fn request(state: &Arc<DaemonState>, raw: Option<&RawValue>) -> RpcRes
             .map_err(rpc_error)?,
     };
     to_json(&info)
+}
+
+/// The request's input and summary as the filters leave them (the redaction filter removes
+/// secrets), as for everything else that is stored. Blocking.
+fn filtered(pipeline: &crate::pipeline::Pipeline, mut request: NewRequest) -> NewRequest {
+    let event = serde_json::json!({
+        "type": "checkpoint.requested",
+        "actor": "sdk",
+        "payload": {"tool": request.tool, "input": request.input, "summary": request.summary},
+    });
+    match pipeline.filter(&request.session_id, "sdk", event) {
+        Some(kept) => {
+            let payload = &kept["payload"];
+            request.input = payload.get("input").cloned().filter(|v| !v.is_null());
+            request.summary = payload["summary"].as_str().unwrap_or_default().to_string();
+        }
+        None => {
+            request.input = None;
+            request.summary = "(withheld by a filter)".into();
+        }
+    }
+    request
 }
 
 pub async fn resolve(
