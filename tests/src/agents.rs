@@ -355,6 +355,22 @@ impl AgentEnv {
     }
 }
 
+/// `dstream install <agent> --project <project>`, as the agent's user would run it.
+pub fn install(env: &AgentEnv, agent: &str) {
+    let out = env
+        .command(crate::daemon_bin())
+        .args(["install", agent, "--project"])
+        .arg(&env.project)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "dstream install {agent}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// What an agent run left behind.
 #[derive(Debug)]
 pub struct RunOutput {

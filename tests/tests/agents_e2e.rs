@@ -11,26 +11,10 @@ use std::time::{Duration, Instant};
 
 use dstream_tests::agents::{self, AgentEnv};
 use dstream_tests::mock_model::{MockModel, Reply, Script};
-use dstream_tests::{Client, Daemon, daemon_bin};
+use dstream_tests::{Client, Daemon};
 use serde_json::{Value, json};
 
 const FINAL: &str = "The command printed hello-from-dstream.";
-
-/// `dstream install <agent> --project <project>` as the agent's user would run it.
-fn install(env: &AgentEnv, agent: &str) {
-    let out = env
-        .command(daemon_bin())
-        .args(["install", agent, "--project"])
-        .arg(&env.project)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "dstream install {agent}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// The sessions the daemon knows, with their events, once `want` holds (hooks may still be
 /// finishing when the agent exits).
@@ -69,7 +53,7 @@ fn a_claude_code_run_lands_in_one_session_log_in_order() {
     let paths = agents::ensure_installed();
     let d = Daemon::start();
     let env = AgentEnv::new();
-    install(&env, "claude-code");
+    agents::install(&env, "claude-code");
     let mock = MockModel::anthropic(Script::tool_then_text(
         Reply::bash("echo hello-from-dstream"),
         FINAL,
@@ -138,7 +122,7 @@ fn an_opencode_run_lands_in_one_session_log_in_order() {
     let paths = agents::ensure_installed();
     let d = Daemon::start();
     let env = AgentEnv::new();
-    install(&env, "opencode");
+    agents::install(&env, "opencode");
     let mock = MockModel::openai(Script::tool_then_text(
         Reply::opencode_bash("echo hello-from-dstream"),
         FINAL,

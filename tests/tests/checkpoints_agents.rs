@@ -23,16 +23,6 @@ timeout_ms = 120000
 "#;
 const FINAL: &str = "Done with the command.";
 
-fn install(env: &AgentEnv, agent: &str) {
-    let out = env
-        .command(daemon_bin())
-        .args(["install", agent, "--project"])
-        .arg(&env.project)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "dstream install {agent}: {out:?}");
-}
-
 fn dstream(d: &Daemon, args: &[&str]) -> Output {
     let out = Command::new(daemon_bin())
         .args(args)
@@ -87,7 +77,7 @@ fn claude_run(
     env: &AgentEnv,
     command: &str,
 ) -> std::thread::JoinHandle<RunOutput> {
-    install(env, "claude-code");
+    agents::install(env, "claude-code");
     let mock = MockModel::anthropic(Script::tool_then_text(Reply::bash(command), FINAL));
     let mut cmd = agents::claude_command(paths, env, &mock, "Run the command", &[]);
     cmd.env("DSTREAM_SOCKET", d.socket());
@@ -111,7 +101,7 @@ fn opencode_run(
     env: &AgentEnv,
     command: &str,
 ) -> std::thread::JoinHandle<RunOutput> {
-    install(env, "opencode");
+    agents::install(env, "opencode");
     let mock = MockModel::openai(Script::tool_then_text(Reply::opencode_bash(command), FINAL));
     let mut cmd = agents::opencode_command(paths, env, &mock, "Run the command", &[]);
     cmd.env("DSTREAM_SOCKET", d.socket());

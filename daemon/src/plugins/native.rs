@@ -366,8 +366,15 @@ fn run(l: &Local, hook: Hooks, input: Input) -> Result<Vec<Json>, PluginError> {
             };
             (rc, None)
         }
-        (Hooks::PROCESS, Input::Event(event)) => {
-            let f = vt.process.ok_or_else(missing)?;
+        // A filter and a decision take the same arguments; only a filter's event is kept to
+        // pass on when it returns nothing.
+        (Hooks::PROCESS | Hooks::DECIDE, Input::Event(event)) => {
+            let f = if hook == Hooks::PROCESS {
+                vt.process
+            } else {
+                vt.decide
+            };
+            let f = f.ok_or_else(missing)?;
             let text = event.to_string();
             // SAFETY: as above.
             let rc = unsafe {
@@ -379,22 +386,7 @@ fn run(l: &Local, hook: Hooks, input: Input) -> Result<Vec<Json>, PluginError> {
                     &mut out_len,
                 )
             };
-            (rc, Some(event))
-        }
-        (Hooks::DECIDE, Input::Event(event)) => {
-            let f = vt.decide.ok_or_else(missing)?;
-            let text = event.to_string();
-            // SAFETY: as above.
-            let rc = unsafe {
-                f(
-                    l.state,
-                    text.as_ptr().cast(),
-                    text.len(),
-                    &mut out,
-                    &mut out_len,
-                )
-            };
-            (rc, None)
+            (rc, (hook == Hooks::PROCESS).then_some(event))
         }
         (Hooks::ON_EVENT, Input::Event(event)) => {
             let f = vt.on_event.ok_or_else(missing)?;
