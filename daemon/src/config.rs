@@ -17,6 +17,7 @@ pub struct Config {
     pub subscriptions: SubscriptionConfig,
     pub plugins: PluginsConfig,
     pub checkpoints: CheckpointsConfig,
+    pub relay: RelayConfig,
     /// The file this configuration was read from, if any (hot reload reads it again).
     #[serde(skip)]
     pub file: Option<PathBuf>,
@@ -172,6 +173,59 @@ impl RuleAction {
     }
 }
 
+/// `[relay]`: the mirror of every session on a remote Durable Streams server.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelayConfig {
+    pub url: String,
+    pub prefix: String,
+    pub token_env: String,
+    pub sessions: String,
+    pub batch_max_events: usize,
+    pub batch_max_bytes: usize,
+    pub linger_ms: u64,
+    pub retry_min_ms: u64,
+    pub retry_max_ms: u64,
+    pub max_parallel_streams: usize,
+    pub approval_key_env: String,
+    pub approval_key_id: String,
+    pub approval_max_age_ms: u64,
+}
+
+impl RelayConfig {
+    pub fn enabled(&self) -> bool {
+        !self.url.trim().is_empty()
+    }
+
+    /// The path segment for this machine: the configured prefix, else the host name.
+    pub fn prefix(&self) -> String {
+        if !self.prefix.is_empty() {
+            return self.prefix.clone();
+        }
+        host_name().unwrap_or_else(|| "dstream".into())
+    }
+}
+
+/// This machine's host name, where the OS reports one.
+fn host_name() -> Option<String> {
+    #[cfg(unix)]
+    {
+        let mut buf = [0u8; 256];
+        // SAFETY: the buffer is valid for its length; gethostname NUL-terminates on success.
+        let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+        if rc != 0 {
+            return None;
+        }
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        let name = String::from_utf8_lossy(&buf[..end]).into_owned();
+        (!name.is_empty()).then_some(name)
+    }
+    #[cfg(not(unix))]
+    {
+        std::env::var("COMPUTERNAME").ok().filter(|n| !n.is_empty())
+    }
+}
+
 /// A configuration that could not be used; the message names the file and the key.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -292,6 +346,7 @@ impl Config {
         if self.subscriptions.heartbeat_ms == 0 {
             return bad("subscriptions.heartbeat_ms", "must be at least 1");
         }
+        self.validate_relay(path)?;
         if self.checkpoints.default_timeout_ms == 0 {
             return bad("checkpoints.default_timeout_ms", "must be at least 1");
         }
@@ -373,6 +428,50 @@ impl Config {
             },
             max_consecutive_errors: p.max_consecutive_errors,
         }
+    }
+}
+
+impl Config {
+    fn validate_relay(&self, path: &Path) -> Result<(), ConfigError> {
+        let r = &self.relay;
+        let bad = |key: &str, message: String| {
+            Err(ConfigError::Key {
+                path: path.into(),
+                key: format!("relay.{key}"),
+                message,
+            })
+        };
+        if r.enabled() {
+            let url = r.url.trim();
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return bad(
+                    "url",
+                    format!("must start with http:// or https://, not {url:?}"),
+                );
+            }
+        }
+        if r.prefix.contains(['/', '?', '#']) || r.prefix == "." || r.prefix == ".." {
+            return bad("prefix", "must be one path segment".into());
+        }
+        if r.batch_max_events == 0 {
+            return bad("batch_max_events", "must be at least 1".into());
+        }
+        if r.batch_max_bytes < 1024 {
+            return bad("batch_max_bytes", "must be at least 1024".into());
+        }
+        if r.retry_min_ms == 0 || r.retry_max_ms < r.retry_min_ms {
+            return bad(
+                "retry_min_ms",
+                "must be at least 1 and at most relay.retry_max_ms".into(),
+            );
+        }
+        if r.max_parallel_streams == 0 {
+            return bad("max_parallel_streams", "must be at least 1".into());
+        }
+        if r.approval_key_id.is_empty() || r.approval_key_id.contains(char::is_whitespace) {
+            return bad("approval_key_id", "must be a non-empty word".into());
+        }
+        Ok(())
     }
 }
 

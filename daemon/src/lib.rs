@@ -15,6 +15,8 @@
 //!   [`plugins`] (sandboxed Lua, each on its own thread);
 //! - [`checkpoint`]: tool calls held until a person decides: policy, the state machine,
 //!   deadlines, rebuilt from the logs at start;
+//! - [`relay`]: every session mirrored exactly once to a remote Durable Streams server,
+//!   caught up from the logs, with remote approvals from a signed control stream;
 //! - [`watch`]: hot reload of the plugin folder and the config file;
 //! - [`state`]: what all of them share (config, store, hub, counters, memory budget);
 //! - [`config`]: the configuration and its embedded, documented defaults.
@@ -31,6 +33,7 @@ mod jsonscan;
 mod outbound;
 pub mod pipeline;
 pub mod plugins;
+pub mod relay;
 mod rpc;
 pub mod server;
 pub mod state;

@@ -38,6 +38,8 @@ pub enum StartError {
     Pipeline(io::Error),
     #[error("cannot rebuild the checkpoints: {0}")]
     Checkpoints(io::Error),
+    #[error("cannot start the relay: {0}")]
+    Relay(io::Error),
 }
 
 /// A daemon ready to serve: its store open and recovered, its socket bound.
@@ -101,7 +103,13 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
         source,
     )
     .map_err(StartError::Pipeline)?;
-    let watcher = crate::watch::start(pipeline.clone(), config.file.clone());
+    let relay = crate::relay::Relay::start(store.clone(), hub.clone(), &config.relay, &data_dir)
+        .map_err(StartError::Relay)?;
+    let reconfigure: crate::watch::OnConfig = {
+        let relay = relay.clone();
+        Box::new(move |c: &Config| relay.reconfigure(&c.relay))
+    };
+    let watcher = crate::watch::start(pipeline.clone(), config.file.clone(), vec![reconfigure]);
     tracing::info!(
         socket = %socket.display(),
         data_dir = %data_dir.display(),
@@ -117,6 +125,7 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
         hub,
         pipeline,
         checkpoints,
+        relay,
         _watcher: watcher,
         stats: Default::default(),
         started,

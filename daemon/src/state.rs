@@ -32,6 +32,7 @@ pub struct DaemonState {
     pub hub: Arc<Hub>,
     pub pipeline: Arc<Pipeline>,
     pub checkpoints: Arc<Checkpoints>,
+    pub relay: Arc<crate::relay::Relay>,
     /// Watches the plugin folder and the config file while the daemon runs.
     pub _watcher: Option<crate::watch::Watcher>,
     pub stats: ServerStats,

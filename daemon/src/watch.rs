@@ -15,6 +15,10 @@ use crate::pipeline::Pipeline;
 /// Quiet time after the last change before reloading.
 const DEBOUNCE: Duration = Duration::from_millis(250);
 
+/// Told of every configuration the config file yields after a change (the pipeline reads it
+/// itself; other components register one of these).
+pub type OnConfig = Box<dyn Fn(&crate::config::Config) + Send>;
+
 /// Keeps the watch running; dropping it stops it.
 pub struct Watcher {
     _stop: mpsc::Sender<()>,
@@ -22,7 +26,11 @@ pub struct Watcher {
 
 /// Starts watching; `None` (and a warning) when the OS refuses a watch: the daemon still
 /// runs, and `plugins.reload` still works.
-pub fn start(pipeline: Arc<Pipeline>, config_file: Option<PathBuf>) -> Option<Watcher> {
+pub fn start(
+    pipeline: Arc<Pipeline>,
+    config_file: Option<PathBuf>,
+    on_config: Vec<OnConfig>,
+) -> Option<Watcher> {
     let (tx, rx) = mpsc::channel::<PathBuf>();
     let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
         if let Ok(event) = res
@@ -64,9 +72,11 @@ pub fn start(pipeline: Arc<Pipeline>, config_file: Option<PathBuf>) -> Option<Wa
                     Err(mpsc::RecvTimeoutError::Disconnected) => return,
                 };
                 let mut relevant = concerns(&first, &dir, config_file.as_deref());
+                let mut config_changed = is_config(&first, config_file.as_deref());
                 // Debounce: wait until the changes stop for a moment.
                 while let Ok(p) = rx.recv_timeout(DEBOUNCE) {
                     relevant |= concerns(&p, &dir, config_file.as_deref());
+                    config_changed |= is_config(&p, config_file.as_deref());
                 }
                 if !relevant {
                     continue;
@@ -75,6 +85,14 @@ pub fn start(pipeline: Arc<Pipeline>, config_file: Option<PathBuf>) -> Option<Wa
                     return;
                 };
                 let set = pipeline.reload();
+                if config_changed
+                    && let Some(file) = &config_file
+                    && let Ok(config) = crate::config::Config::load(file)
+                {
+                    for f in &on_config {
+                        f(&config);
+                    }
+                }
                 if absolute(set.dir.clone()) != dir {
                     let _ = watcher.unwatch(&dir);
                     dir = absolute(set.dir.clone());
@@ -95,6 +113,10 @@ fn watch_dir(watcher: &mut RecommendedWatcher, dir: &Path) {
     if let Err(e) = watcher.watch(dir, RecursiveMode::NonRecursive) {
         tracing::warn!(dir = %dir.display(), error = %e, "cannot watch for changes; use `dstream plugins reload`");
     }
+}
+
+fn is_config(path: &Path, config_file: Option<&Path>) -> bool {
+    config_file.is_some_and(|c| c == path)
 }
 
 /// A change to a plugin file, or to the config file.

@@ -355,6 +355,57 @@ pub struct StatsResult {
     /// Checkpoints waiting for a decision.
     #[serde(default)]
     pub pending_checkpoints: u64,
+    /// The relay to a remote Durable Streams server.
+    #[serde(default)]
+    pub relay: RelayTotals,
+}
+
+// ---- relay ----
+
+/// `relay.status`: where each relayed session stands on the remote server.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RelayStatusResult {
+    /// `[relay] url` is set.
+    pub enabled: bool,
+    /// `{url}/{prefix}`, the streams' common base.
+    pub target: Option<String>,
+    /// Why the relay cannot run at all (a missing token variable), if so.
+    pub error: Option<String>,
+    /// Most lag first.
+    pub streams: Vec<RelayStreamStatus>,
+    pub totals: RelayTotals,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RelayStreamStatus {
+    pub session_id: String,
+    /// The newest event in the local log.
+    pub local_lsn: u64,
+    /// Every event up to this one is on the remote stream.
+    pub acked_lsn: u64,
+    pub lag: u64,
+    /// `live`, `catching_up`, `backing_off`, `failed` or `closed`.
+    pub state: String,
+    /// When backing off: milliseconds until the next try.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_try_in_ms: Option<u64>,
+    /// When backing off or failed: why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Bytes of events the server acknowledged.
+    pub bytes_sent: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RelayTotals {
+    pub enabled: bool,
+    pub streams: u64,
+    pub lag_events: u64,
+    pub failed_streams: u64,
+    pub events_sent: u64,
+    pub bytes_sent: u64,
+    pub batches: u64,
+    pub retries: u64,
 }
 
 // ---- ingest ----

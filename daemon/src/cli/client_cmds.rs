@@ -405,8 +405,8 @@ pub fn stats(args: StatsArgs) -> anyhow::Result<ExitCode> {
             bail!("unexpected stats reply: {stats}")
         };
         for (key, value) in map {
-            if key == "plugins" {
-                continue; // printed below, one line each
+            if key == "plugins" || key == "relay" {
+                continue; // printed below
             }
             let shown = match (key.as_str(), value.as_u64()) {
                 ("rss_bytes" | "bytes_written", Some(n)) => output::bytes(n),
@@ -418,6 +418,21 @@ pub fn stats(args: StatsArgs) -> anyhow::Result<ExitCode> {
             // The value shown is a duration, not a count of milliseconds.
             let key = if key == "uptime_ms" { "uptime" } else { key };
             println!("{key:<22} {shown}");
+        }
+        if let Some(relay) = map.get("relay")
+            && let Ok(t) =
+                serde_json::from_value::<dstream_sdk::protocol::RelayTotals>(relay.clone())
+            && t.enabled
+        {
+            println!(
+                "{:<22} {} streams, {} events behind, {} failed, {} events sent ({})",
+                "relay",
+                t.streams,
+                t.lag_events,
+                t.failed_streams,
+                t.events_sent,
+                output::bytes(t.bytes_sent)
+            );
         }
         if let Some(plugins) = map.get("plugins").and_then(|p| p.as_array())
             && !plugins.is_empty()

@@ -8,6 +8,7 @@ mod inbox;
 mod install;
 mod output;
 mod plugins_cmd;
+mod relay_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -68,6 +69,8 @@ enum Command {
     Plugins(plugins_cmd::PluginsArgs),
     /// Report one agent hook event to the daemon and answer in the agent's format (agents run this).
     Hook(hook::HookArgs),
+    /// Show how the relay to the remote Durable Streams server stands.
+    Relay(relay_cmd::RelayArgs),
     /// Register dstream with an agent: Claude Code hooks, or the OpenCode plugin.
     Install(install::InstallArgs),
     /// Remove what `dstream install` added, and nothing else.
@@ -125,6 +128,7 @@ pub fn main() -> ExitCode {
             &a.library, &a.cache, &a.config,
         )),
         Command::Hook(args) => Ok(hook::run(args)),
+        Command::Relay(args) => relay_cmd::run(args),
         Command::Install(args) => install::install(args),
         Command::Uninstall(args) => install::uninstall(args),
     };

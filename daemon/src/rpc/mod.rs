@@ -369,6 +369,7 @@ pub async fn dispatch(
             Ok(reply) => reply,
             Err(e) => now(Err(e)),
         },
+        "relay.status" => now(to_json(&state.relay.status().await)),
         "plugins.list" => now(to_json(&plugins_list(&state.pipeline.plugins()))),
         "checkpoint.request" => now(checkpoints::request(state, raw).await),
         "checkpoint.resolve" => now(checkpoints::resolve(state, caller, raw).await),
@@ -738,6 +739,7 @@ fn stats(state: &DaemonState) -> RpcResult {
         ingested: state.pipeline.ingested.load(relaxed),
         plugins: state.pipeline.plugins().infos(),
         pending_checkpoints: state.checkpoints.pending_count() as u64,
+        relay: state.relay.totals(),
     })
 }
 

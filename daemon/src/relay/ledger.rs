@@ -1,0 +1,142 @@
+//! The per-session relay ledger: what the remote stream holds, written atomically before
+//! every batch leaves, so that delivery is exactly once across restarts and `kill -9`.
+//!
+//! The rule that makes it work: a batch's sequence number and its LSN range are on disk
+//! (`inflight`) before the POST is sent. After a crash the same range is sent again with the
+//! same `Producer-Seq`, and the server answers 204 if it already has it. A batch is never
+//! re-cut differently under a number the server may have seen.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// One batch that may have reached the server: resent as is until acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inflight {
+    pub seq: u64,
+    pub first_lsn: u64,
+    pub last_lsn: u64,
+    /// The batch closes the stream (`Stream-Closed: true`); `first_lsn > last_lsn` when it
+    /// carries no events.
+    #[serde(default)]
+    pub close: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ledger {
+    /// `{url}/{prefix}` this ledger describes; another target starts from scratch.
+    #[serde(default)]
+    pub target: String,
+    /// The remote stream exists (PUT answered 200 or 201).
+    #[serde(default)]
+    pub created: bool,
+    pub epoch: u64,
+    /// The `Producer-Seq` of the next new batch.
+    pub next_seq: u64,
+    /// Every event up to this LSN is on the remote stream, once.
+    pub acked_lsn: u64,
+    /// The remote tail after the last acknowledged batch (`Stream-Next-Offset`): where a
+    /// resync starts reading instead of the stream's beginning.
+    #[serde(default)]
+    pub remote_offset: Option<String>,
+    #[serde(default)]
+    pub inflight: Option<Inflight>,
+    /// The remote stream was closed (the session ended).
+    #[serde(default)]
+    pub closed: bool,
+    /// Where the control stream was read up to.
+    #[serde(default)]
+    pub control_offset: Option<String>,
+    /// Bytes of event JSON acknowledged by the server, for `relay status`.
+    #[serde(default)]
+    pub bytes_sent: u64,
+}
+
+impl Ledger {
+    /// This ledger if it describes `target`, else a fresh one for it.
+    pub fn for_target(self, target: &str) -> Ledger {
+        if self.target == target {
+            self
+        } else {
+            Ledger {
+                target: target.to_string(),
+                ..Ledger::default()
+            }
+        }
+    }
+}
+
+/// Where the ledgers live: `<data>/relay/`.
+#[derive(Debug, Clone)]
+pub struct LedgerDir {
+    dir: PathBuf,
+}
+
+impl LedgerDir {
+    pub fn open(data_dir: &Path) -> io::Result<LedgerDir> {
+        let dir = data_dir.join("relay");
+        crate::store::create_private_dir(&dir)?;
+        Ok(LedgerDir { dir })
+    }
+
+    fn path(&self, session: &str) -> PathBuf {
+        self.dir.join(format!("{session}.json"))
+    }
+
+    /// The session's ledger; a fresh one when none was written yet. A ledger that cannot be
+    /// parsed is an error, never silently reset (that could send everything twice).
+    pub fn load(&self, session: &str) -> io::Result<Ledger> {
+        match std::fs::read(self.path(session)) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("relay ledger {}: {e}", self.path(session).display()),
+                )
+            }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Ledger::default()),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub fn save(&self, session: &str, ledger: &Ledger) -> io::Result<()> {
+        let bytes = serde_json::to_vec(ledger).map_err(io::Error::other)?;
+        crate::store::write_atomic(&self.path(session), &bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ledger_survives_a_round_trip_and_a_missing_one_is_fresh() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = LedgerDir::open(tmp.path()).unwrap();
+        assert_eq!(dir.load("s1").unwrap(), Ledger::default());
+        let l = Ledger {
+            target: "http://h/v1/stream/m".into(),
+            created: true,
+            epoch: 2,
+            next_seq: 7,
+            acked_lsn: 40,
+            remote_offset: Some("0000_123".into()),
+            inflight: Some(Inflight {
+                seq: 7,
+                first_lsn: 41,
+                last_lsn: 50,
+                close: false,
+            }),
+            closed: false,
+            control_offset: None,
+            bytes_sent: 999,
+        };
+        dir.save("s1", &l).unwrap();
+        assert_eq!(dir.load("s1").unwrap(), l);
+        std::fs::write(tmp.path().join("relay/s2.json"), b"{garbage").unwrap();
+        assert!(
+            dir.load("s2").is_err(),
+            "a damaged ledger is never reset silently"
+        );
+    }
+}

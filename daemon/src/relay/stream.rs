@@ -1,0 +1,538 @@
+//! One session's remote stream: create it, send its events in order one batch at a time, back
+//! off when the server cannot take them, resync when the server and the ledger disagree, close
+//! it when the session ends.
+//!
+//! Exactly once rests on three rules:
+//! - a batch's `(seq, LSN range)` is in the ledger before it is sent, and a resend is the same
+//!   range under the same seq, so the server's dedup answers 204 to what it already has;
+//! - when the server's producer state and the ledger disagree (409 gap, 403 fence, a stream
+//!   that was recreated, a lost ledger) the relay reads the remote tail, counts every event it
+//!   finds there as delivered (each relayed event carries its `lsn`), and only then claims a
+//!   new epoch, starting at seq 0;
+//! - a new epoch is `max(old + 1, now in ms)`, so it is above any epoch this producer id has
+//!   used before, even one whose ledger is gone.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::Notify;
+
+use super::ledger::{Inflight, Ledger};
+use super::remote::{CreateOutcome, PostOutcome, ReadOutcome};
+use super::{Settings, Shared, State};
+use crate::store::EventJson;
+
+/// A stream with nothing to send ends its task after this long.
+const IDLE_EXIT: Duration = Duration::from_secs(30);
+/// The event type that ends a session (and closes its remote stream).
+const SESSION_ENDED: &[u8] = b"\"type\":\"lifecycle.session.ended\"";
+
+/// What one step came to.
+enum Step {
+    Continue,
+    /// Nothing to send.
+    Idle,
+    /// Stopped until the configuration changes.
+    Failed(String),
+}
+
+struct Worker {
+    shared: Arc<Shared>,
+    session: Arc<str>,
+    settings: Arc<Settings>,
+    ledger: Ledger,
+    /// The ledger has progress not yet written (acks are written lazily: a resend after a
+    /// crash is answered 204).
+    dirty: bool,
+    /// The body of the in-flight batch, kept for resends.
+    body: Option<(u64, Bytes, u64)>,
+    backoff: Duration,
+    /// Fences since the last acknowledged batch: a second means another producer is live.
+    fences: u32,
+    /// The acked LSN whose event was checked for being the session's end.
+    end_checked: u64,
+    /// Whether the last step found nothing to do (the next batch lingers for company).
+    was_idle: bool,
+}
+
+pub(super) async fn run(shared: Arc<Shared>, session: Arc<str>, wake: Arc<Notify>) {
+    let mut settings_rx = shared.settings.subscribe();
+    let settings = settings_rx.borrow_and_update().clone();
+    let mut w = Worker {
+        backoff: Duration::from_millis(settings.config.retry_min_ms),
+        shared,
+        session,
+        settings,
+        ledger: Ledger::default(),
+        dirty: false,
+        body: None,
+        fences: 0,
+        end_checked: 0,
+        was_idle: false,
+    };
+    if let Err(e) = w.load_ledger().await {
+        w.fail(e.to_string());
+        let _ = settings_rx.changed().await;
+    }
+    loop {
+        let settings = settings_rx.borrow_and_update().clone();
+        if settings.generation != w.settings.generation {
+            let retarget = settings.target != w.settings.target;
+            w.settings = settings;
+            w.backoff = Duration::from_millis(w.settings.config.retry_min_ms);
+            if retarget && let Err(e) = w.load_ledger().await {
+                w.fail(e.to_string());
+                let _ = settings_rx.changed().await;
+                continue;
+            }
+        }
+        match w.step().await {
+            Step::Continue => w.was_idle = false,
+            Step::Idle => {
+                w.was_idle = true;
+                w.save_if_dirty().await;
+                tokio::select! {
+                    _ = wake.notified() => {}
+                    _ = settings_rx.changed() => {}
+                    _ = tokio::time::sleep(IDLE_EXIT) => {
+                        if w.shared.retire(&w.session, w.ledger.acked_lsn) {
+                            return;
+                        }
+                    }
+                }
+            }
+            Step::Failed(reason) => {
+                tracing::error!(session = %w.session, %reason, "relay stopped for this session until the configuration changes");
+                w.save_if_dirty().await;
+                w.fail(reason);
+                if settings_rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl Worker {
+    fn url(&self) -> String {
+        match &self.settings.remote {
+            Some(r) => r.stream_url(&self.session, ""),
+            None => String::new(),
+        }
+    }
+
+    async fn load_ledger(&mut self) -> std::io::Result<()> {
+        let ledgers = self.shared.ledgers.clone();
+        let session = self.session.clone();
+        let ledger = tokio::task::spawn_blocking(move || ledgers.load(&session))
+            .await
+            .map_err(std::io::Error::other)??;
+        self.ledger = ledger.for_target(&self.settings.target);
+        self.body = None;
+        self.dirty = false;
+        let (acked, sent) = (self.ledger.acked_lsn, self.ledger.bytes_sent);
+        self.shared.update(&self.session, |s| {
+            s.acked_lsn = acked;
+            s.bytes_sent = sent;
+        });
+        Ok(())
+    }
+
+    async fn save(&mut self) -> Result<(), String> {
+        let ledgers = self.shared.ledgers.clone();
+        let session = self.session.clone();
+        let ledger = self.ledger.clone();
+        tokio::task::spawn_blocking(move || ledgers.save(&session, &ledger))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("cannot write the relay ledger: {e}"))?;
+        self.dirty = false;
+        Ok(())
+    }
+
+    async fn save_if_dirty(&mut self) {
+        if self.dirty
+            && let Err(e) = self.save().await
+        {
+            tracing::warn!(session = %self.session, error = %e, "relay ledger not saved");
+        }
+    }
+
+    fn fail(&self, reason: String) {
+        self.shared
+            .update(&self.session, |s| s.state = State::Failed { reason });
+    }
+
+    fn set_state(&self, state: State) {
+        let acked = self.ledger.acked_lsn;
+        let sent = self.ledger.bytes_sent;
+        self.shared.update(&self.session, |s| {
+            s.state = state;
+            s.acked_lsn = acked;
+            s.bytes_sent = sent;
+        });
+    }
+
+    fn committed_lsn(&self) -> u64 {
+        self.shared
+            .store
+            .get(&self.session)
+            .map_or(0, |s| s.committed_lsn())
+    }
+
+    async fn step(&mut self) -> Step {
+        let Some(remote) = self.settings.remote.clone() else {
+            return Step::Idle;
+        };
+        if !self.ledger.created {
+            return self.create(&remote).await;
+        }
+        if let Some(f) = self.ledger.inflight {
+            return self.send(f).await;
+        }
+        let committed = self.committed_lsn();
+        let acked = self.ledger.acked_lsn;
+        if self.ledger.closed {
+            self.set_state(State::Closed);
+            if committed > acked {
+                return Step::Failed(format!(
+                    "the remote stream was closed when the session ended; {} later events are not relayed",
+                    committed - acked
+                ));
+            }
+            return Step::Idle;
+        }
+        if acked < committed {
+            return self.next_batch(committed).await;
+        }
+        if self.end_checked != acked {
+            self.end_checked = acked;
+            if acked > 0 && self.last_event_ends_session(acked).await {
+                let f = Inflight {
+                    seq: self.ledger.next_seq,
+                    first_lsn: acked + 1,
+                    last_lsn: acked,
+                    close: true,
+                };
+                self.ledger.inflight = Some(f);
+                if let Err(e) = self.save().await {
+                    return Step::Failed(e);
+                }
+                return Step::Continue;
+            }
+        }
+        self.set_state(State::Live);
+        Step::Idle
+    }
+
+    /// `PUT` the stream. An existing stream that this ledger knows nothing of may hold events
+    /// from an earlier ledger: resync before sending any.
+    async fn create(&mut self, remote: &super::Remote) -> Step {
+        self.set_state(State::CatchingUp);
+        match remote.create(&self.url()).await {
+            CreateOutcome::Created => {
+                self.ledger.acked_lsn = 0;
+                self.ledger.remote_offset = None;
+                self.ledger.inflight = None;
+                self.ledger.bytes_sent = 0;
+                self.ledger.closed = false;
+                self.claim_epoch(0);
+                self.ledger.created = true;
+                self.body = None;
+                match self.save().await {
+                    Ok(()) => Step::Continue,
+                    Err(e) => Step::Failed(e),
+                }
+            }
+            CreateOutcome::Existed => {
+                let fresh = self.ledger.next_seq == 0
+                    && self.ledger.acked_lsn == 0
+                    && self.ledger.inflight.is_none()
+                    && self.ledger.remote_offset.is_none();
+                if fresh {
+                    self.ledger.created = true;
+                    return self.resync(0, true).await;
+                }
+                self.ledger.created = true;
+                match self.save().await {
+                    Ok(()) => Step::Continue,
+                    Err(e) => Step::Failed(e),
+                }
+            }
+            CreateOutcome::Retry { reason, after } => self.back_off(reason, after).await,
+            CreateOutcome::Fatal { reason } => Step::Failed(reason),
+        }
+    }
+
+    /// Cuts the next batch from the log, records it in the ledger, sends it.
+    async fn next_batch(&mut self, committed: u64) -> Step {
+        let cfg = &self.settings.config;
+        let (max_events, max_bytes, linger) =
+            (cfg.batch_max_events, cfg.batch_max_bytes, cfg.linger_ms);
+        let mut committed = committed;
+        // A live stream's first new event waits a moment for the ones right behind it.
+        if self.was_idle && linger > 0 && committed - self.ledger.acked_lsn < max_events as u64 {
+            tokio::time::sleep(Duration::from_millis(linger)).await;
+            committed = self.committed_lsn();
+        }
+        self.set_state(if committed - self.ledger.acked_lsn > max_events as u64 {
+            State::CatchingUp
+        } else {
+            State::Live
+        });
+        let from = self.ledger.acked_lsn + 1;
+        let events = match self.read(from, committed, max_events, max_bytes).await {
+            Ok(e) => e,
+            Err(e) => return Step::Failed(e),
+        };
+        let Some(last) = events.last().map(|e| e.lsn) else {
+            return Step::Idle;
+        };
+        let body = json_array(&events);
+        let f = Inflight {
+            seq: self.ledger.next_seq,
+            first_lsn: from,
+            last_lsn: last,
+            close: false,
+        };
+        self.ledger.inflight = Some(f);
+        if let Err(e) = self.save().await {
+            return Step::Failed(e);
+        }
+        self.body = Some((f.seq, body, events.len() as u64));
+        self.send(f).await
+    }
+
+    async fn read(
+        &self,
+        from: u64,
+        upto: u64,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<EventJson>, String> {
+        let Some(session) = self.shared.store.get(&self.session) else {
+            return Ok(Vec::new());
+        };
+        tokio::task::spawn_blocking(move || {
+            crate::store::read_range(&session, from, upto, limit, max_bytes)
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("cannot read the log: {e}"))
+    }
+
+    async fn last_event_ends_session(&self, lsn: u64) -> bool {
+        match self.read(lsn, lsn, 1, usize::MAX).await {
+            Ok(events) => events.first().is_some_and(|e| {
+                let mut buf = Vec::with_capacity(e.len());
+                e.write_to(&mut buf);
+                memchr::memmem::find(&buf, SESSION_ENDED).is_some()
+            }),
+            Err(_) => false,
+        }
+    }
+
+    /// Sends the in-flight batch (again, after a crash or a retry: the same range).
+    async fn send(&mut self, f: Inflight) -> Step {
+        let (body, count) = match &self.body {
+            Some((seq, body, count)) if *seq == f.seq => (body.clone(), *count),
+            _ if f.close && f.first_lsn > f.last_lsn => (Bytes::new(), 0),
+            _ => {
+                let n = (f.last_lsn + 1 - f.first_lsn) as usize;
+                match self.read(f.first_lsn, f.last_lsn, n, usize::MAX).await {
+                    Ok(events) if events.last().map(|e| e.lsn) == Some(f.last_lsn) => {
+                        let body = json_array(&events);
+                        let count = events.len() as u64;
+                        self.body = Some((f.seq, body.clone(), count));
+                        (body, count)
+                    }
+                    Ok(_) => {
+                        return Step::Failed(format!(
+                            "the log no longer holds LSNs {}..={} of the batch in flight",
+                            f.first_lsn, f.last_lsn
+                        ));
+                    }
+                    Err(e) => return Step::Failed(e),
+                }
+            }
+        };
+        let Some(remote) = self.settings.remote.clone() else {
+            return Step::Idle;
+        };
+        let outcome = {
+            let _permit = self.shared.permits.acquire().await;
+            remote
+                .append(&self.url(), self.ledger.epoch, f.seq, body.clone(), f.close)
+                .await
+        };
+        match outcome {
+            PostOutcome::Stored { next_offset } => {
+                self.acknowledged(f, next_offset, body.len() as u64, count);
+                if f.close
+                    && let Err(e) = self.save().await
+                {
+                    return Step::Failed(e);
+                }
+                Step::Continue
+            }
+            PostOutcome::Closed if f.close => {
+                self.acknowledged(f, None, 0, 0);
+                Step::Continue
+            }
+            PostOutcome::Closed => {
+                Step::Failed("the remote stream is closed; it takes no more events".into())
+            }
+            PostOutcome::SequenceGap { expected, received } => {
+                tracing::warn!(session = %self.session, expected, received, "relay: the server expected another batch; resyncing");
+                self.resync(0, false).await
+            }
+            PostOutcome::Fenced { server_epoch } => {
+                self.fences += 1;
+                if self.fences > 1 {
+                    return Step::Failed(format!(
+                        "another producer keeps claiming this stream (server epoch {server_epoch}); \
+                         is a second dstream relaying with the same relay.prefix?"
+                    ));
+                }
+                tracing::warn!(session = %self.session, server_epoch, "relay: fenced by a newer epoch; resyncing");
+                self.resync(server_epoch, false).await
+            }
+            PostOutcome::NotFound => {
+                tracing::warn!(session = %self.session, "relay: the remote stream is gone; creating it again");
+                self.ledger.created = false;
+                Step::Continue
+            }
+            PostOutcome::Retry { reason, after } => self.back_off(reason, after).await,
+            PostOutcome::Fatal { reason } => Step::Failed(reason),
+        }
+    }
+
+    fn acknowledged(&mut self, f: Inflight, next_offset: Option<String>, bytes: u64, events: u64) {
+        let l = &mut self.ledger;
+        l.acked_lsn = l.acked_lsn.max(f.last_lsn);
+        l.next_seq = f.seq + 1;
+        l.inflight = None;
+        if next_offset.is_some() {
+            l.remote_offset = next_offset;
+        }
+        l.bytes_sent += bytes;
+        if f.close {
+            l.closed = true;
+        }
+        self.dirty = true;
+        self.body = None;
+        self.fences = 0;
+        self.backoff = Duration::from_millis(self.settings.config.retry_min_ms);
+        let t = &self.shared.totals;
+        t.events_sent
+            .fetch_add(events, std::sync::atomic::Ordering::Relaxed);
+        t.bytes_sent
+            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+        t.batches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.set_state(if f.close { State::Closed } else { State::Live });
+    }
+
+    /// The server and the ledger disagree: read what the remote stream holds past the last
+    /// known tail (from its beginning when `from_start`), count the relayed events found
+    /// there as delivered, and start a new epoch above `server_epoch`.
+    async fn resync(&mut self, server_epoch: u64, from_start: bool) -> Step {
+        self.set_state(State::CatchingUp);
+        let Some(remote) = self.settings.remote.clone() else {
+            return Step::Idle;
+        };
+        let url = self.url();
+        let mut offset = match (&self.ledger.remote_offset, from_start) {
+            (Some(o), false) => o.clone(),
+            _ => "-1".to_string(),
+        };
+        let mut found: Option<u64> = None;
+        loop {
+            match remote.read(&url, &offset, false).await {
+                ReadOutcome::Page {
+                    messages,
+                    next_offset,
+                    up_to_date,
+                } => {
+                    for m in &messages {
+                        if let Some(lsn) = m.get("lsn").and_then(|v| v.as_u64()) {
+                            found = Some(found.map_or(lsn, |f| f.max(lsn)));
+                        }
+                    }
+                    let advanced = next_offset.as_ref().is_some_and(|n| *n != offset);
+                    if let Some(n) = next_offset {
+                        offset = n;
+                    }
+                    if up_to_date || messages.is_empty() || !advanced {
+                        break;
+                    }
+                }
+                ReadOutcome::NotFound => {
+                    self.ledger.created = false;
+                    return Step::Continue;
+                }
+                ReadOutcome::Retry { reason, after } => return self.back_off(reason, after).await,
+                ReadOutcome::Fatal { reason } => return Step::Failed(reason),
+            }
+        }
+        let l = &mut self.ledger;
+        if from_start {
+            l.acked_lsn = found.unwrap_or(0);
+        } else if let Some(f) = found {
+            l.acked_lsn = l.acked_lsn.max(f);
+        }
+        l.remote_offset = Some(offset);
+        l.inflight = None;
+        self.body = None;
+        self.claim_epoch(server_epoch);
+        tracing::info!(session = %self.session, acked_lsn = self.ledger.acked_lsn, epoch = self.ledger.epoch, "relay: resynced with the remote stream");
+        match self.save().await {
+            Ok(()) => Step::Continue,
+            Err(e) => Step::Failed(e),
+        }
+    }
+
+    /// A new epoch above every one this producer id used (see the module docs), seq 0.
+    fn claim_epoch(&mut self, server_epoch: u64) {
+        let now = crate::checkpoint::now_ms();
+        self.ledger.epoch = (self.ledger.epoch + 1).max(now).max(server_epoch + 1);
+        self.ledger.next_seq = 0;
+    }
+
+    /// Waits before the next try: doubling from `retry_min_ms` to `retry_max_ms`, with jitter,
+    /// or longer when the server's `Retry-After` asks for it.
+    async fn back_off(&mut self, reason: String, after: Option<Duration>) -> Step {
+        let max = Duration::from_millis(self.settings.config.retry_max_ms);
+        let base = self.backoff.min(max);
+        // Full jitter over the upper half: spreads retries without ever waiting near zero.
+        let jitter = (ulid::Ulid::new().random() % 1000) as u32;
+        let mut delay = base / 2 + base / 2 * jitter / 1000;
+        if let Some(a) = after {
+            delay = delay.max(a);
+        }
+        self.backoff = (base * 2).min(max);
+        let until_ms = crate::checkpoint::now_ms() + delay.as_millis() as u64;
+        tracing::debug!(session = %self.session, %reason, delay_ms = delay.as_millis() as u64, "relay: backing off");
+        self.set_state(State::BackingOff { until_ms, reason });
+        self.shared
+            .totals
+            .retries
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tokio::time::sleep(delay).await;
+        Step::Continue
+    }
+}
+
+/// `[e1,e2,…]` from stored events, without parsing them.
+fn json_array(events: &[EventJson]) -> Bytes {
+    let mut out = Vec::with_capacity(events.iter().map(|e| e.len() + 1).sum::<usize>() + 2);
+    out.push(b'[');
+    for (i, e) in events.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        e.write_to(&mut out);
+    }
+    out.push(b']');
+    Bytes::from(out)
+}
