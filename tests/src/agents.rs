@@ -8,11 +8,9 @@
 //! timeout. The caller owns the `AgentEnv`, so it can put hook settings or plugins into the
 //! project (or HOME) before the run and read what they wrote afterwards.
 
-use std::ffi::OsString;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::fs::{self, File};
+use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::io::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
@@ -56,119 +54,19 @@ pub fn cache_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("DSTREAM_AGENT_CACHE").filter(|d| !d.is_empty()) {
         return PathBuf::from(d);
     }
-    let home = std::env::var_os("HOME").unwrap_or_else(|| OsString::from("/tmp"));
-    PathBuf::from(home).join(".cache/dstream/agents")
-}
-
-const PACKAGE_FILES: [&str; 2] = ["package.json", "package-lock.json"];
-const STAMP: &str = ".dstream-install-stamp";
-
-/// 64-bit FNV-1a: enough to notice that the package files changed.
-fn fnv1a(data: &[u8], mut h: u64) -> u64 {
-    for b in data {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x100_0000_01b3);
-    }
-    h
+    crate::npm_cache::cache_root("agents")
 }
 
 /// Install the pinned agents into the cache if needed and return their paths.
 ///
-/// Installs when the stamp (a hash of the package files) is missing or differs, or when an
-/// executable is missing. Holds an exclusive `flock` on `<cache>/.lock` throughout, so
-/// concurrent test processes install once and the others wait and reuse it.
+/// Installs when the package files changed since the last install, or when an executable is
+/// missing (see [`crate::npm_cache::ensure`]).
 pub fn ensure_installed() -> AgentPaths {
     try_ensure_installed().unwrap_or_else(|e| panic!("installing the agent CLIs failed: {e:#}"))
 }
 
 pub fn try_ensure_installed() -> anyhow::Result<AgentPaths> {
-    use anyhow::Context;
-    let src = package_dir();
-    let cache = cache_dir();
-    fs::create_dir_all(&cache).with_context(|| format!("create {}", cache.display()))?;
-    let lock = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(cache.join(".lock"))
-        .context("open the cache lock file")?;
-    let _guard = Flock::exclusive(&lock).context("flock the cache lock file")?;
-
-    let mut hash = 0xcbf2_9ce4_8422_2325u64;
-    let mut contents = Vec::new();
-    for f in PACKAGE_FILES {
-        let bytes =
-            fs::read(src.join(f)).with_context(|| format!("read {}", src.join(f).display()))?;
-        hash = fnv1a(f.as_bytes(), hash);
-        hash = fnv1a(&bytes, hash);
-        contents.push((f, bytes));
-    }
-    let stamp = format!("{hash:016x}\n");
-    let stamp_path = cache.join(STAMP);
-    let installed = fs::read_to_string(&stamp_path).ok().as_deref() == Some(stamp.as_str());
-    if installed && let Ok(paths) = resolve(&cache) {
-        return Ok(paths);
-    }
-
-    let _ = fs::remove_file(&stamp_path);
-    for (f, bytes) in &contents {
-        fs::write(cache.join(f), bytes).with_context(|| format!("write {f} into the cache"))?;
-    }
-    let started = Instant::now();
-    npm_install(&cache)?;
-    let paths = resolve(&cache).context("after npm install")?;
-    fs::write(&stamp_path, &stamp).context("write the install stamp")?;
-    eprintln!(
-        "dstream tests: installed the agent CLIs into {} in {:.1?}",
-        cache.display(),
-        started.elapsed()
-    );
-    Ok(paths)
-}
-
-/// `npm ci` from the committed lockfile, without install scripts (the native executables are
-/// taken straight from the platform packages, see [`resolve`]).
-///
-/// The lockfile lists only the platform packages the registry had when it was written, and
-/// `npm ci` refuses a lockfile that lacks any optional dependency of a package; then this falls
-/// back to `npm install --no-save`, which installs exactly the locked versions and skips the
-/// missing optional ones.
-fn npm_install(cache: &Path) -> anyhow::Result<()> {
-    let _ = fs::remove_dir_all(cache.join("node_modules"));
-    let common = [
-        "--ignore-scripts",
-        "--no-audit",
-        "--no-fund",
-        "--prefer-offline",
-        "--loglevel=error",
-    ];
-    let ci = npm(cache, "ci", &common)?;
-    if ci.status.success() {
-        return Ok(());
-    }
-    eprintln!("dstream tests: npm ci refused the lockfile; falling back to npm install --no-save");
-    let mut args = common.to_vec();
-    args.push("--no-save");
-    let install = npm(cache, "install", &args)?;
-    if install.status.success() {
-        return Ok(());
-    }
-    anyhow::bail!(
-        "npm ci failed:\n{}\nnpm install failed too:\n{}",
-        String::from_utf8_lossy(&ci.stderr),
-        String::from_utf8_lossy(&install.stderr)
-    )
-}
-
-fn npm(cache: &Path, verb: &str, args: &[&str]) -> anyhow::Result<std::process::Output> {
-    use anyhow::Context;
-    Command::new("npm")
-        .arg(verb)
-        .args(args)
-        .current_dir(cache)
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("run npm {verb} (is Node.js with npm installed?)"))
+    crate::npm_cache::ensure(&package_dir(), &cache_dir(), resolve)
 }
 
 /// Paths of the installed executables, straight from the platform packages.
@@ -251,31 +149,6 @@ fn has_avx2() -> bool {
 
 fn is_executable(p: &Path) -> bool {
     fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
-
-/// An exclusive `flock`, released on drop.
-struct Flock<'a>(&'a File);
-
-impl<'a> Flock<'a> {
-    fn exclusive(f: &'a File) -> io::Result<Flock<'a>> {
-        loop {
-            // SAFETY: flock on a descriptor we own for the lifetime of the guard.
-            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
-                return Ok(Flock(f));
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-        }
-    }
-}
-
-impl Drop for Flock<'_> {
-    fn drop(&mut self) {
-        // SAFETY: as above.
-        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
-    }
 }
 
 /// A throwaway environment for one agent run: HOME, the XDG dirs and a project dir, all under

@@ -18,6 +18,8 @@ pub use serde_json;
 
 pub mod agents;
 pub mod mock_model;
+pub mod npm_cache;
+pub mod relay;
 
 /// How long a daemon gets to become ready (socket accepts and `hello` answers).
 pub const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -157,6 +159,8 @@ pub struct Daemon {
     starts: u32,
     /// Open-file limit (soft and hard) the daemon runs under, when set.
     nofile: Option<u64>,
+    /// Extra environment variables of the daemon (from its next start on).
+    envs: Vec<(String, String)>,
 }
 
 impl Daemon {
@@ -193,6 +197,7 @@ impl Daemon {
             config,
             starts: 0,
             nofile: None,
+            envs: Vec::new(),
         }
     }
 
@@ -241,9 +246,15 @@ impl Daemon {
         self.nofile = Some(n);
     }
 
+    /// Sets an environment variable of the daemon, from its next start on.
+    pub fn set_env(&mut self, key: &str, value: &str) {
+        self.envs.push((key.to_string(), value.to_string()));
+    }
+
     /// The command line that starts a daemon on this directory's socket and data dir.
     pub fn command(&self) -> Command {
         let mut cmd = self.command_for(&self.socket(), &self.data_dir(), self.config.as_deref());
+        cmd.envs(self.envs.iter().map(|(k, v)| (k, v)));
         if let Some(n) = self.nofile {
             use std::os::unix::process::CommandExt;
             // SAFETY: setrlimit is async-signal-safe and touches only the child.

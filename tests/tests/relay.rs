@@ -1,0 +1,270 @@
+//! The relay against the real Durable Streams reference servers (Rust and Node), read back with
+//! the official Node client: the remote stream equals the local log, each event once, through
+//! server restarts, a `kill -9` of the daemon, connections cut mid-response, a wrong token.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use dstream_tests::relay::{
+    Proxy, ProxyMode, RemoteServer, ServerKind, http, read_stream, wait_for,
+};
+use dstream_tests::{Daemon, daemon_bin};
+use serde_json::{Value, json};
+
+const PREFIX: &str = "t";
+const LONG: Duration = Duration::from_secs(120);
+
+fn relay_config(url: &str, extra: &str) -> String {
+    format!(
+        "[relay]\nurl = \"{url}\"\nprefix = \"{PREFIX}\"\nlinger_ms = 2\nretry_min_ms = 50\nretry_max_ms = 300\n{extra}\n"
+    )
+}
+
+fn status(d: &Daemon) -> Value {
+    d.client().ok("relay.status", json!({}))
+}
+
+fn stream_status(d: &Daemon, session: &str) -> Option<Value> {
+    status(d)["streams"]
+        .as_array()?
+        .iter()
+        .find(|s| s["session_id"] == session)
+        .cloned()
+}
+
+/// Waits until the server acknowledged every event of `session`.
+fn wait_relayed(d: &Daemon, session: &str) -> Value {
+    let local = d.client().read_all(session).len() as u64;
+    wait_for(&format!("{session} relayed up to {local}"), LONG, || {
+        stream_status(d, session).filter(|s| s["acked_lsn"] == local && s["lag"] == 0)
+    })
+}
+
+/// The remote stream holds exactly the local log: the same events, in order, each once.
+fn assert_remote_equals_local(d: &Daemon, base_url: &str, session: &str) -> bool {
+    let local = d.client().read_all(session);
+    let remote = read_stream(&format!("{base_url}/{PREFIX}/{session}"));
+    let lsns: Vec<u64> = remote
+        .messages
+        .iter()
+        .map(|m| m["lsn"].as_u64().expect("every relayed event has its lsn"))
+        .collect();
+    let expected: Vec<u64> = (1..=local.len() as u64).collect();
+    assert!(
+        lsns == expected,
+        "remote LSNs are not 1..={} once each: {} events, first duplicate or gap near {:?}",
+        local.len(),
+        lsns.len(),
+        lsns.windows(2).find(|w| w[1] != w[0] + 1)
+    );
+    assert_eq!(
+        remote.messages, local,
+        "remote events differ from the local log"
+    );
+    remote.closed
+}
+
+/// Appends `n` small events to `session` through `dstream append` (one streaming client).
+fn append_many(d: &Daemon, session: &str, n: usize, tag: &str) {
+    let mut child = Command::new(daemon_bin())
+        .args(["append", "--session", session, "--socket"])
+        .arg(d.socket())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut buf = String::new();
+    for i in 0..n {
+        buf.push_str(&format!(
+            "{{\"type\":\"tool.output\",\"payload\":{{\"tag\":\"{tag}\",\"i\":{i},\"text\":\"line {i} of the relay test\"}}}}\n"
+        ));
+    }
+    stdin.write_all(buf.as_bytes()).unwrap();
+    drop(stdin);
+    assert!(child.wait().unwrap().success(), "dstream append failed");
+}
+
+fn relay_round_trip(kind: ServerKind) {
+    let server = RemoteServer::start(kind);
+    let d = Daemon::start_with(&relay_config(&server.base_url(), ""));
+    let mut c = d.client();
+    for i in 0..20 {
+        c.append("a", "user.input", json!({"text": format!("prompt {i}")}));
+        c.append("b", "message.chunk", json!({"text": format!("chunk {i}")}));
+    }
+    c.append("b", "lifecycle.session.ended", json!({"reason": "exit"}));
+    wait_relayed(&d, "a");
+    wait_relayed(&d, "b");
+    assert!(!assert_remote_equals_local(&d, &server.base_url(), "a"));
+    // The session ended: its remote stream is closed, so readers know it is complete.
+    wait_for("b closed", LONG, || {
+        (stream_status(&d, "b")?["state"] == "closed").then_some(())
+    });
+    assert!(
+        assert_remote_equals_local(&d, &server.base_url(), "b"),
+        "the ended session's stream is closed"
+    );
+    let stats = c.ok("stats", json!({}));
+    assert_eq!(stats["relay"]["events_sent"], 41, "{stats}");
+    assert_eq!(stats["relay"]["lag_events"], 0);
+}
+
+#[test]
+fn sessions_reach_the_rust_reference_server_once_each_and_ended_ones_are_closed() {
+    relay_round_trip(ServerKind::Rust);
+}
+
+#[test]
+fn sessions_reach_the_node_reference_server_once_each_and_ended_ones_are_closed() {
+    relay_round_trip(ServerKind::Node);
+}
+
+#[test]
+fn a_backlog_from_before_the_relay_was_configured_is_caught_up_from_the_log() {
+    let server = RemoteServer::start(ServerKind::Rust);
+    let mut d = Daemon::new(Some(""));
+    d.restart();
+    append_many(&d, "old", 3000, "before");
+    d.stop();
+    std::fs::write(
+        d.config_path().unwrap(),
+        relay_config(&server.base_url(), "batch_max_events = 100"),
+    )
+    .unwrap();
+    d.restart();
+    let st = wait_relayed(&d, "old");
+    assert_eq!(st["local_lsn"], 3000);
+    assert_remote_equals_local(&d, &server.base_url(), "old");
+    // At most 100 events per POST: the backlog went in many bounded batches.
+    assert!(status(&d)["totals"]["batches"].as_u64().unwrap() >= 30);
+}
+
+#[test]
+fn a_server_stopped_in_the_middle_of_a_relay_gets_everything_once_after_it_returns() {
+    let mut server = RemoteServer::start(ServerKind::Rust);
+    let d = Daemon::start_with(&relay_config(&server.base_url(), "batch_max_events = 200"));
+    append_many(&d, "big", 10_000, "outage");
+    wait_for("some of it relayed", LONG, || {
+        let acked = stream_status(&d, "big")?["acked_lsn"].as_u64()?;
+        (acked > 0).then_some(())
+    });
+    server.stop();
+    // Ingest goes on while the server is down; the relay backs off and says so.
+    append_many(&d, "big", 500, "during");
+    let st = wait_for("backing off", LONG, || {
+        stream_status(&d, "big").filter(|s| s["state"] == "backing_off")
+    });
+    assert!(st["reason"].as_str().unwrap().contains("connect"), "{st}");
+    assert!(st["next_try_in_ms"].as_u64().is_some(), "{st}");
+    assert!(st["lag"].as_u64().unwrap() > 0);
+    server.start_again();
+    wait_relayed(&d, "big");
+    assert_remote_equals_local(&d, &server.base_url(), "big");
+}
+
+#[test]
+fn a_daemon_killed_mid_batch_resends_nothing_twice_after_restart() {
+    let server = RemoteServer::start(ServerKind::Rust);
+    let mut d = Daemon::start_with(&relay_config(&server.base_url(), "batch_max_events = 50"));
+    append_many(&d, "k", 10_000, "kill");
+    wait_for("relay under way", LONG, || {
+        let acked = stream_status(&d, "k")?["acked_lsn"].as_u64()?;
+        (acked > 500).then_some(())
+    });
+    d.kill9();
+    d.restart();
+    wait_relayed(&d, "k");
+    assert_remote_equals_local(&d, &server.base_url(), "k");
+}
+
+#[test]
+fn connections_cut_mid_response_cause_no_duplicate_and_no_gap() {
+    let server = RemoteServer::start(ServerKind::Rust);
+    let proxy = Proxy::start(
+        server.addr(),
+        ProxyMode {
+            cut_connections: 12,
+            required_token: None,
+        },
+    );
+    let d = Daemon::start_with(&relay_config(&proxy.base_url(), "batch_max_events = 100"));
+    append_many(&d, "cut", 2000, "cut");
+    wait_relayed(&d, "cut");
+    assert!(
+        proxy.cuts.load(std::sync::atomic::Ordering::Relaxed) >= 12,
+        "the proxy cut connections"
+    );
+    assert!(status(&d)["totals"]["retries"].as_u64().unwrap() >= 1);
+    assert_remote_equals_local(&d, &server.base_url(), "cut");
+}
+
+#[test]
+fn a_wrong_token_is_reported_and_retried_only_after_the_config_changes() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let server = RemoteServer::start(ServerKind::Rust);
+    let proxy = Proxy::start(
+        server.addr(),
+        ProxyMode {
+            cut_connections: 0,
+            required_token: Some("right-token".into()),
+        },
+    );
+    let config = |var: &str| relay_config(&proxy.base_url(), &format!("token_env = \"{var}\""));
+    let mut d = Daemon::new(Some(&config("DS_TOKEN_OLD")));
+    d.set_env("DS_TOKEN_OLD", "wrong-token");
+    d.set_env("DS_TOKEN_NEW", "right-token");
+    d.restart();
+    d.client().append("s", "user.input", json!({"text": "hi"}));
+    let st = wait_for("failed with 401", LONG, || {
+        stream_status(&d, "s").filter(|s| s["state"] == "failed")
+    });
+    let reason = st["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("401") && reason.contains("token_env"),
+        "{reason}"
+    );
+    assert!(
+        !d.stderr().contains("wrong-token"),
+        "the token never reaches the logs"
+    );
+    // No retry loop against a server that refuses the credentials.
+    let refused = proxy.unauthorized.load(Relaxed);
+    std::thread::sleep(Duration::from_millis(800));
+    d.client()
+        .append("s", "user.input", json!({"text": "still there?"}));
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(
+        proxy.unauthorized.load(Relaxed),
+        refused,
+        "retried without a config change"
+    );
+    // The fix: point token_env at the right variable; the watcher reloads the config.
+    std::fs::write(d.config_path().unwrap(), config("DS_TOKEN_NEW")).unwrap();
+    wait_relayed(&d, "s");
+    assert_remote_equals_local(&d, &server.base_url(), "s");
+}
+
+#[test]
+fn a_lost_ledger_resyncs_from_the_remote_stream_instead_of_sending_twice() {
+    let server = RemoteServer::start(ServerKind::Rust);
+    let mut d = Daemon::start_with(&relay_config(&server.base_url(), ""));
+    append_many(&d, "l", 300, "first");
+    wait_relayed(&d, "l");
+    d.stop();
+    std::fs::remove_file(d.data_dir().join("relay/l.json")).unwrap();
+    d.restart();
+    append_many(&d, "l", 200, "second");
+    wait_relayed(&d, "l");
+    assert_remote_equals_local(&d, &server.base_url(), "l");
+    // The remote stream was there already: dstream read it rather than PUT over it.
+    let head = http(
+        &server.addr(),
+        "HEAD",
+        &format!("/v1/stream/{PREFIX}/l"),
+        &[],
+        b"",
+    );
+    assert_eq!(head.map(|r| r.status).unwrap_or(0), 200);
+}
