@@ -455,6 +455,10 @@ impl Worker {
         let mut decided = Vec::with_capacity(drafts.len() + 1);
         for mut draft in drafts {
             let Some(kind) = request_kind(&draft.event) else {
+                if draft.event.get("type").and_then(Json::as_str) == Some("user.input") {
+                    // A person prompted the agent again: a remote stop has done its job.
+                    self.checkpoints.stops.clear(&draft.session_id);
+                }
                 decided.push(draft);
                 continue;
             };
@@ -542,6 +546,19 @@ impl Worker {
             checkpoint: None,
         });
         let mut decision = strongest(from_rule, self.decide(set, draft, notes));
+        // Stopped remotely: every call is denied until a person prompts the agent again.
+        let stopped = self
+            .checkpoints
+            .stops
+            .get(&draft.session_id)
+            .map(|s| Decision {
+                action: "deny".into(),
+                reason: Some(format!("stopped remotely: {}", s.reason)),
+                decided_by: Some(s.decided_by),
+                updated_input: None,
+                checkpoint: None,
+            });
+        decision = strongest(stopped, decision);
         if decision.is_none()
             && kind == RequestKind::Permission
             && policy.permission_requests() == PermissionRequests::Ask

@@ -103,8 +103,14 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
         source,
     )
     .map_err(StartError::Pipeline)?;
-    let relay = crate::relay::Relay::start(store.clone(), hub.clone(), &config.relay, &data_dir)
-        .map_err(StartError::Relay)?;
+    let relay = crate::relay::Relay::start(
+        store.clone(),
+        hub.clone(),
+        checkpoints.clone(),
+        &config.relay,
+        &data_dir,
+    )
+    .map_err(StartError::Relay)?;
     let reconfigure: crate::watch::OnConfig = {
         let relay = relay.clone();
         Box::new(move |c: &Config| relay.reconfigure(&c.relay))

@@ -16,6 +16,7 @@
 //! "Always allow" grants live in `grants.json` (written atomically) as well as in the events.
 
 pub mod policy;
+pub mod stop;
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -278,6 +279,8 @@ pub struct Checkpoints {
     /// Wakes the deadline task when an earlier deadline arrives (or this is dropped).
     wake: Arc<Notify>,
     grant_ttl_ms: Mutex<u64>,
+    /// Sessions stopped remotely: their tool calls are denied until a new prompt.
+    pub stops: stop::Stops,
 }
 
 pub fn now_ms() -> u64 {
@@ -353,10 +356,11 @@ impl Checkpoints {
         crate::store::create_private_dir(&dir.join("open"))?;
         let this = Arc::new(Checkpoints {
             store,
-            dir,
             table: Mutex::new(Table::default()),
             wake: Arc::new(Notify::new()),
             grant_ttl_ms: Mutex::new(grant_ttl_ms),
+            stops: stop::Stops::open(dir.join("stopped"))?,
+            dir,
         });
         this.rebuild()?;
         tokio::spawn(deadlines(Arc::downgrade(&this)));
@@ -703,6 +707,56 @@ impl Checkpoints {
             .entries
             .get(id)
             .map(|e| e.view(id))
+    }
+
+    /// Stops a session's agent from afar: the stop is durable first, then every checkpoint
+    /// pending in the session is rejected ("stopped remotely"), and `agent.aborted` records it.
+    /// Returns the checkpoints it rejected.
+    pub async fn abort(
+        &self,
+        session: &str,
+        reason: &str,
+        decided_by: &str,
+    ) -> Result<Vec<String>, CheckpointError> {
+        let stop = stop::Stop {
+            reason: reason.to_string(),
+            decided_by: decided_by.to_string(),
+            at_ms: now_ms(),
+        };
+        self.stops
+            .stop(session, stop)
+            .map_err(|source| CheckpointError::Io {
+                path: self.dir.join("stopped").join(session),
+                source,
+            })?;
+        let mut rejected = Vec::new();
+        for c in self.list(Some("pending"), Some(session), None) {
+            let r = Resolution {
+                decision: "reject".into(),
+                note: Some("stopped remotely".into()),
+                input: None,
+                decided_by: decided_by.to_string(),
+                uid: None,
+            };
+            match self.resolve(&c.id, r).await {
+                Ok(_) => rejected.push(c.id),
+                Err(CheckpointError::AlreadyDecided { .. } | CheckpointError::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let raw = |v: &Json| to_raw_value(v).map_err(|e| CheckpointError::Invalid(e.to_string()));
+        let event = NewEventRaw {
+            event_type: "agent.aborted".into(),
+            actor: Some("dstream".into()),
+            payload: Some(raw(&json!({
+                "reason": reason,
+                "decided_by": decided_by,
+                "rejected_checkpoints": rejected,
+            }))?),
+            ..Default::default()
+        };
+        self.store.append_wait(session, event, true).await?;
+        Ok(rejected)
     }
 
     /// Decides a checkpoint: the first valid decision wins, and is durable before anyone

@@ -80,6 +80,11 @@ impl LedgerDir {
         Ok(LedgerDir { dir })
     }
 
+    /// Where the control stream of `session` was read up to.
+    pub fn control_path(&self, session: &str) -> PathBuf {
+        self.dir.join(format!("{session}.control.json"))
+    }
+
     fn path(&self, session: &str) -> PathBuf {
         self.dir.join(format!("{session}.json"))
     }

@@ -13,8 +13,10 @@
 //! A stream's task exists while its session has work; an idle one ends, so tasks and memory
 //! follow active sessions, never history.
 
+mod control;
 pub mod ledger;
 mod remote;
+pub mod signing;
 mod stream;
 
 use std::collections::HashMap;
@@ -24,6 +26,7 @@ use std::time::Instant;
 
 use tokio::sync::{Notify, Semaphore, watch};
 
+use crate::checkpoint::Checkpoints;
 use crate::checkpoint::policy::glob_match;
 use crate::config::RelayConfig;
 use crate::hub::{Hub, Lagged};
@@ -52,6 +55,8 @@ pub(crate) struct Settings {
     /// `{url}/{prefix}`: a ledger belongs to one target.
     pub target: String,
     pub error: Option<String>,
+    /// The HMAC key that signs remote decisions; `None`: none are accepted (nor read).
+    pub approval_key: Option<Vec<u8>>,
 }
 
 impl Settings {
@@ -62,6 +67,7 @@ impl Settings {
             remote: None,
             target: String::new(),
             error: None,
+            approval_key: None,
         };
         if !config.enabled() {
             return s;
@@ -80,6 +86,15 @@ impl Settings {
                 }
             }
         };
+        if !config.approval_key_env.is_empty() {
+            match std::env::var(&config.approval_key_env) {
+                Ok(k) if !k.is_empty() => s.approval_key = Some(k.into_bytes()),
+                _ => tracing::warn!(
+                    var = %config.approval_key_env,
+                    "relay.approval_key_env names an unset variable: remote decisions are off"
+                ),
+            }
+        }
         let prefix = config.prefix();
         s.target = format!("{}/{prefix}", config.url.trim().trim_end_matches('/'));
         match Remote::new(&config.url, &prefix, token, format!("dstream:{prefix}")) {
@@ -92,6 +107,7 @@ impl Settings {
 
 pub(crate) struct Shared {
     store: Store,
+    checkpoints: Arc<Checkpoints>,
     hub: Arc<Hub>,
     ledgers: LedgerDir,
     settings: watch::Sender<Arc<Settings>>,
@@ -159,6 +175,7 @@ impl Relay {
     pub fn start(
         store: Store,
         hub: Arc<Hub>,
+        checkpoints: Arc<Checkpoints>,
         config: &RelayConfig,
         data_dir: &std::path::Path,
     ) -> std::io::Result<Arc<Relay>> {
@@ -169,6 +186,7 @@ impl Relay {
         }
         let shared = Arc::new(Shared {
             store,
+            checkpoints,
             hub,
             ledgers,
             permits: Semaphore::new(config.max_parallel_streams),

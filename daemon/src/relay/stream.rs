@@ -23,8 +23,9 @@ use super::remote::{CreateOutcome, PostOutcome, ReadOutcome};
 use super::{Settings, Shared, State};
 use crate::store::EventJson;
 
-/// A stream with nothing to send ends its task after this long.
-const IDLE_EXIT: Duration = Duration::from_secs(30);
+/// A stream with nothing to send (and no checkpoint waiting in its session) ends its task, and
+/// stops following its control stream, after this long.
+const IDLE_EXIT: Duration = Duration::from_secs(120);
 /// The event type that ends a session (and closes its remote stream).
 const SESSION_ENDED: &[u8] = b"\"type\":\"lifecycle.session.ended\"";
 
@@ -57,6 +58,11 @@ struct Worker {
 }
 
 pub(super) async fn run(shared: Arc<Shared>, session: Arc<str>, wake: Arc<Notify>) {
+    // The control stream is followed while this stream runs, and no longer.
+    let control = AbortOnDrop(tokio::spawn(super::control::run(
+        shared.clone(),
+        session.clone(),
+    )));
     let mut settings_rx = shared.settings.subscribe();
     let settings = settings_rx.borrow_and_update().clone();
     let mut w = Worker {
@@ -96,7 +102,9 @@ pub(super) async fn run(shared: Arc<Shared>, session: Arc<str>, wake: Arc<Notify
                     _ = wake.notified() => {}
                     _ = settings_rx.changed() => {}
                     _ = tokio::time::sleep(IDLE_EXIT) => {
-                        if w.shared.retire(&w.session, w.ledger.acked_lsn) {
+                        let waiting = !w.shared.checkpoints.list(Some("pending"), Some(&w.session), Some(1)).is_empty();
+                        if !waiting && w.shared.retire(&w.session, w.ledger.acked_lsn) {
+                            drop(control);
                             return;
                         }
                     }
@@ -535,4 +543,13 @@ fn json_array(events: &[EventJson]) -> Bytes {
     }
     out.push(b']');
     Bytes::from(out)
+}
+
+/// Aborts a task when dropped: the control reader ends with its stream's task.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
