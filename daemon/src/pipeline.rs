@@ -187,6 +187,12 @@ impl Pipeline {
         self.plugins.borrow().clone()
     }
 
+    /// The plugin set in force, and every set that replaces it (for components outside the
+    /// pipeline that call plugins, like the relay's filters).
+    pub fn watch_plugins(&self) -> watch::Receiver<Arc<PluginSet>> {
+        self.plugins.subscribe()
+    }
+
     pub fn settings(&self) -> PipelineSettings {
         self.settings.lock().unwrap().clone()
     }

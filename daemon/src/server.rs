@@ -107,13 +107,18 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
         store.clone(),
         hub.clone(),
         checkpoints.clone(),
+        pipeline.watch_plugins(),
         &config.relay,
         &data_dir,
     )
     .map_err(StartError::Relay)?;
     let reconfigure: crate::watch::OnConfig = {
-        let relay = relay.clone();
-        Box::new(move |c: &Config| relay.reconfigure(&c.relay))
+        let relay = Arc::downgrade(&relay);
+        Box::new(move |c: &Config| {
+            if let Some(r) = relay.upgrade() {
+                r.reconfigure(&c.relay);
+            }
+        })
     };
     let watcher = crate::watch::start(pipeline.clone(), config.file.clone(), vec![reconfigure]);
     tracing::info!(

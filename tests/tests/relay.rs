@@ -268,3 +268,38 @@ fn a_lost_ledger_resyncs_from_the_remote_stream_instead_of_sending_twice() {
     );
     assert_eq!(head.map(|r| r.status).unwrap_or(0), 200);
 }
+
+#[test]
+fn a_relay_plugin_keeps_events_back_or_changes_them_before_they_leave() {
+    let server = RemoteServer::start(ServerKind::Rust);
+    let mut d = Daemon::new(Some(&relay_config(&server.base_url(), "")));
+    std::fs::create_dir_all(d.plugin_dir()).unwrap();
+    std::fs::write(
+        d.plugin_dir().join("relay-guard.lua"),
+        r#"
+local M = { name = "relay-guard", api = 1 }
+function M.relay(e)
+  if e.type == "note.private" then return nil end
+  if e.payload and e.payload.text then
+    e.payload.text = string.gsub(e.payload.text, "hunter2", "[hidden]")
+  end
+  e.lsn = nil -- the relay puts it back: resyncs need it
+  return e
+end
+return M
+"#,
+    )
+    .unwrap();
+    d.restart();
+    let mut c = d.client();
+    c.append("g", "user.input", json!({"text": "the code is hunter2"}));
+    c.append("g", "note.private", json!({"text": "for my eyes only"}));
+    c.append("g", "user.input", json!({"text": "bye"}));
+    wait_relayed(&d, "g");
+    let remote = read_stream(&format!("{}/{PREFIX}/g", server.base_url())).messages;
+    let lsns: Vec<u64> = remote.iter().map(|m| m["lsn"].as_u64().unwrap()).collect();
+    assert_eq!(lsns, [1, 3], "the private note stayed local");
+    assert_eq!(remote[0]["payload"]["text"], "the code is [hidden]");
+    // Only what leaves is changed: the local log keeps the event as stored.
+    assert_eq!(c.read_all("g")[0]["payload"]["text"], "the code is hunter2");
+}

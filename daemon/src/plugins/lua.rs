@@ -286,6 +286,17 @@ impl Host {
             (Hooks::ON_EVENT, super::Input::Event(event)) => {
                 f.call::<()>(to_lua(&event)?)?;
             }
+            // `relay(event)`: the event to send (changed or not), or nil to keep it local.
+            (Hooks::RELAY, super::Input::Event(event)) => {
+                return match f.call::<Value>(to_lua(&event)?)? {
+                    Value::Nil => Ok(Vec::new()),
+                    Value::Table(t) => Ok(vec![luajson::from_lua(&self.lua, Value::Table(t))?]),
+                    other => Err(mlua::Error::runtime(format!(
+                        "relay must return the event (a table) or nil, not a {}",
+                        other.type_name()
+                    ))),
+                };
+            }
             _ => {
                 return Err(mlua::Error::runtime(
                     "internal: hook and input do not match",
@@ -418,7 +429,13 @@ fn read_meta(module: &Table) -> Result<PluginMeta, PluginError> {
         _ => return Err(bad("`priority` must be an integer".into())),
     };
     let mut hooks = Hooks::empty();
-    for hook in [Hooks::MAP, Hooks::PROCESS, Hooks::DECIDE, Hooks::ON_EVENT] {
+    for hook in [
+        Hooks::MAP,
+        Hooks::PROCESS,
+        Hooks::DECIDE,
+        Hooks::ON_EVENT,
+        Hooks::RELAY,
+    ] {
         match module.get::<Value>(hook.name()) {
             Ok(Value::Function(_)) => hooks |= hook,
             Ok(Value::Nil) => {}

@@ -41,6 +41,8 @@ impl Hooks {
     pub const PROCESS: Hooks = Hooks(2);
     pub const DECIDE: Hooks = Hooks(4);
     pub const ON_EVENT: Hooks = Hooks(8);
+    /// What leaves the machine through the relay (Lua plugins).
+    pub const RELAY: Hooks = Hooks(16);
 
     pub const fn empty() -> Hooks {
         Hooks(0)
@@ -58,15 +60,22 @@ impl Hooks {
             Hooks::PROCESS => "process",
             Hooks::DECIDE => "decide",
             Hooks::ON_EVENT => "on_event",
+            Hooks::RELAY => "relay",
             _ => "?",
         }
     }
     pub fn names(self) -> Vec<String> {
-        [Hooks::MAP, Hooks::PROCESS, Hooks::DECIDE, Hooks::ON_EVENT]
-            .into_iter()
-            .filter(|h| self.contains(*h))
-            .map(|h| h.name().to_string())
-            .collect()
+        [
+            Hooks::MAP,
+            Hooks::PROCESS,
+            Hooks::DECIDE,
+            Hooks::ON_EVENT,
+            Hooks::RELAY,
+        ]
+        .into_iter()
+        .filter(|h| self.contains(*h))
+        .map(|h| h.name().to_string())
+        .collect()
     }
 }
 

@@ -43,6 +43,20 @@ const MAX_STATUS_FROM_LEDGERS: usize = 1000;
 /// The relay component. Always present; it does nothing while `[relay] url` is empty.
 pub struct Relay {
     shared: Arc<Shared>,
+    dispatcher: tokio::task::AbortHandle,
+}
+
+impl Drop for Relay {
+    /// Ends every task of the relay, so that what they hold (the store) is released with the
+    /// daemon state, as in-process daemons and their tests expect.
+    fn drop(&mut self) {
+        self.dispatcher.abort();
+        for e in self.shared.streams.lock().unwrap().values_mut() {
+            if let Some(t) = e.task.take() {
+                t.abort();
+            }
+        }
+    }
 }
 
 /// The settings in force, rebuilt whenever the configuration changes.
@@ -108,6 +122,8 @@ impl Settings {
 pub(crate) struct Shared {
     store: Store,
     checkpoints: Arc<Checkpoints>,
+    /// The plugins whose `relay` function sees (and may change or keep back) what is sent.
+    plugins: watch::Receiver<Arc<crate::plugins::PluginSet>>,
     hub: Arc<Hub>,
     ledgers: LedgerDir,
     settings: watch::Sender<Arc<Settings>>,
@@ -128,6 +144,7 @@ struct Totals {
 struct Entry {
     status: Status,
     running: bool,
+    task: Option<tokio::task::AbortHandle>,
     wake: Arc<Notify>,
 }
 
@@ -176,6 +193,7 @@ impl Relay {
         store: Store,
         hub: Arc<Hub>,
         checkpoints: Arc<Checkpoints>,
+        plugins: watch::Receiver<Arc<crate::plugins::PluginSet>>,
         config: &RelayConfig,
         data_dir: &std::path::Path,
     ) -> std::io::Result<Arc<Relay>> {
@@ -187,6 +205,7 @@ impl Relay {
         let shared = Arc::new(Shared {
             store,
             checkpoints,
+            plugins,
             hub,
             ledgers,
             permits: Semaphore::new(config.max_parallel_streams),
@@ -194,8 +213,12 @@ impl Relay {
             streams: Mutex::new(HashMap::new()),
             totals: Totals::default(),
         });
-        tokio::spawn(dispatch(shared.clone()));
-        Ok(Arc::new(Relay { shared }))
+        let dispatcher = tokio::spawn(dispatch(
+            Arc::downgrade(&shared),
+            shared.settings.subscribe(),
+        ))
+        .abort_handle();
+        Ok(Arc::new(Relay { shared, dispatcher }))
     }
 
     /// A changed configuration: streams that failed try again, a new target starts over.
@@ -322,8 +345,12 @@ fn relayable(pattern: &str, session: &str) -> bool {
 }
 
 /// Follows the committed events to learn which sessions grew, and starts their streams.
-async fn dispatch(shared: Arc<Shared>) {
-    let mut settings_rx = shared.settings.subscribe();
+/// Holds the relay only weakly while it is off, so a daemon state dropped with the relay off
+/// releases everything at once.
+async fn dispatch(
+    shared: std::sync::Weak<Shared>,
+    mut settings_rx: watch::Receiver<Arc<Settings>>,
+) {
     loop {
         // Off: no hub reader at all, so the hub does not publish for the relay.
         while settings_rx.borrow_and_update().remote.is_none() {
@@ -331,6 +358,9 @@ async fn dispatch(shared: Arc<Shared>) {
                 return;
             }
         }
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
         let mut hub = shared.hub.subscribe();
         shared.scan().await;
         loop {
@@ -379,6 +409,7 @@ impl Shared {
                 touched: Instant::now(),
             },
             running: false,
+            task: None,
             wake: Arc::new(Notify::new()),
         });
         entry.status.local_lsn = entry.status.local_lsn.max(local_lsn);
@@ -389,12 +420,12 @@ impl Shared {
         }
         entry.running = true;
         let wake = entry.wake.clone();
+        entry.task = Some(tokio::spawn(stream::run(self.clone(), session, wake)).abort_handle());
         let evict = map.len() > MAX_IDLE_ENTRIES;
         drop(map);
         if evict {
             self.evict_idle();
         }
-        tokio::spawn(stream::run(self.clone(), session, wake));
     }
 
     /// Every relayed session whose log is ahead of its ledger gets its stream started: at

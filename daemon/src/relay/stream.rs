@@ -21,6 +21,7 @@ use tokio::sync::Notify;
 use super::ledger::{Inflight, Ledger};
 use super::remote::{CreateOutcome, PostOutcome, ReadOutcome};
 use super::{Settings, Shared, State};
+use crate::plugins::{Hooks, Input, PluginSet};
 use crate::store::EventJson;
 
 /// A stream with nothing to send (and no checkpoint waiting in its session) ends its task, and
@@ -297,7 +298,13 @@ impl Worker {
         let Some(last) = events.last().map(|e| e.lsn) else {
             return Step::Idle;
         };
-        let body = json_array(&events);
+        let (body, count) = self.body_of(events).await;
+        if count == 0 {
+            // The relay filters kept the whole batch local: nothing to send.
+            self.ledger.acked_lsn = last;
+            self.dirty = true;
+            return Step::Continue;
+        }
         let f = Inflight {
             seq: self.ledger.next_seq,
             first_lsn: from,
@@ -308,7 +315,7 @@ impl Worker {
         if let Err(e) = self.save().await {
             return Step::Failed(e);
         }
-        self.body = Some((f.seq, body, events.len() as u64));
+        self.body = Some((f.seq, body, count));
         self.send(f).await
     }
 
@@ -328,6 +335,19 @@ impl Worker {
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("cannot read the log: {e}"))
+    }
+
+    /// The body of a batch: the events as stored, or what the relay filters make of them.
+    async fn body_of(&self, events: Vec<EventJson>) -> (Bytes, u64) {
+        let set = self.shared.plugins.borrow().clone();
+        if set.with(Hooks::RELAY).next().is_none() {
+            let n = events.len() as u64;
+            return (json_array(&events), n);
+        }
+        let session = self.session.clone();
+        tokio::task::spawn_blocking(move || filtered_array(&set, &session, &events))
+            .await
+            .unwrap_or_else(|_| (Bytes::new(), 0))
     }
 
     async fn last_event_ends_session(&self, lsn: u64) -> bool {
@@ -350,8 +370,7 @@ impl Worker {
                 let n = (f.last_lsn + 1 - f.first_lsn) as usize;
                 match self.read(f.first_lsn, f.last_lsn, n, usize::MAX).await {
                     Ok(events) if events.last().map(|e| e.lsn) == Some(f.last_lsn) => {
-                        let body = json_array(&events);
-                        let count = events.len() as u64;
+                        let (body, count) = self.body_of(events).await;
                         self.body = Some((f.seq, body.clone(), count));
                         (body, count)
                     }
@@ -365,6 +384,11 @@ impl Worker {
                 }
             }
         };
+        if count == 0 && !f.close {
+            // Rebuilt after a restart, the filters (changed since) keep it all back.
+            self.acknowledged(f, None, 0, 0);
+            return Step::Continue;
+        }
         let Some(remote) = self.settings.remote.clone() else {
             return Step::Idle;
         };
@@ -552,4 +576,54 @@ impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// `[e1,e2,…]` of what the plugins' `relay` functions let out, each changed as they say; an
+/// event a filter keeps back (nil) or fails on stays local. Every event sent keeps its `lsn`,
+/// which resyncs rely on.
+fn filtered_array(set: &PluginSet, session: &str, events: &[EventJson]) -> (Bytes, u64) {
+    let filters: Vec<_> = set
+        .with(Hooks::RELAY)
+        .filter(|p| p.disabled().is_none())
+        .collect();
+    let mut out = vec![b'['];
+    let mut count = 0;
+    let mut buf = Vec::new();
+    for e in events {
+        buf.clear();
+        e.write_to(&mut buf);
+        let Ok(mut event) = serde_json::from_slice::<serde_json::Value>(&buf) else {
+            continue;
+        };
+        let mut keep = true;
+        for p in &filters {
+            match p.call(Hooks::RELAY, Input::Event(Arc::new(event.clone()))) {
+                Ok(mut r) => match r.pop() {
+                    Some(serde_json::Value::Object(mut o)) => {
+                        o.insert("lsn".into(), e.lsn.into());
+                        event = serde_json::Value::Object(o);
+                    }
+                    _ => {
+                        keep = false;
+                        break;
+                    }
+                },
+                Err(f) => {
+                    tracing::warn!(%session, plugin = %p.name(), lsn = e.lsn, error = %f.error, "relay filter failed; the event stays local");
+                    keep = false;
+                    break;
+                }
+            }
+        }
+        if keep {
+            if count > 0 {
+                out.push(b',');
+            }
+            if serde_json::to_writer(&mut out, &event).is_ok() {
+                count += 1;
+            }
+        }
+    }
+    out.push(b']');
+    (Bytes::from(out), count)
 }
