@@ -72,7 +72,14 @@ pub fn node_dir() -> PathBuf {
     for entry in std::fs::read_dir(&src).unwrap().flatten() {
         let path = entry.path();
         if path.extension().is_some_and(|e| e == "mjs") {
-            std::fs::copy(&path, cache.join(entry.file_name())).unwrap();
+            let text = std::fs::read(&path).unwrap();
+            let dest = cache.join(entry.file_name());
+            if std::fs::read(&dest).ok().as_deref() != Some(&text[..]) {
+                // Other tests may be running the old copy: replace it whole, never in place.
+                let tmp = cache.join(format!(".{}.{}", std::process::id(), unique()));
+                std::fs::write(&tmp, &text).unwrap();
+                std::fs::rename(&tmp, &dest).unwrap();
+            }
         }
     }
     cache
@@ -512,4 +519,9 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+fn unique() -> u64 {
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
 }

@@ -72,6 +72,7 @@ fn append_many(d: &Daemon, session: &str, n: usize, tag: &str) {
         .arg(d.socket())
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
@@ -83,7 +84,12 @@ fn append_many(d: &Daemon, session: &str, n: usize, tag: &str) {
     }
     stdin.write_all(buf.as_bytes()).unwrap();
     drop(stdin);
-    assert!(child.wait().unwrap().success(), "dstream append failed");
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "dstream append failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn relay_round_trip(kind: ServerKind) {
@@ -302,4 +308,74 @@ return M
     assert_eq!(remote[0]["payload"]["text"], "the code is [hidden]");
     // Only what leaves is changed: the local log keeps the event as stored.
     assert_eq!(c.read_all("g")[0]["payload"]["text"], "the code is hunter2");
+}
+
+#[test]
+fn a_stale_ledger_is_fenced_and_resyncs_before_claiming_a_new_epoch() {
+    let server = RemoteServer::start(ServerKind::Rust);
+    let mut d = Daemon::start_with(&relay_config(&server.base_url(), ""));
+    append_many(&d, "f", 100, "one");
+    wait_relayed(&d, "f");
+    d.stop();
+    let ledger = d.data_dir().join("relay/f.json");
+    let stale = std::fs::read(&ledger).unwrap();
+    // The ledger is lost: the relay resyncs and claims a newer epoch on the server.
+    std::fs::remove_file(&ledger).unwrap();
+    d.restart();
+    append_many(&d, "f", 100, "two");
+    wait_relayed(&d, "f");
+    d.stop();
+    // An old copy of the ledger comes back (a restored backup): its epoch is fenced (403), and
+    // the relay must find events 101..200 on the server rather than send them again.
+    std::fs::write(&ledger, stale).unwrap();
+    d.restart();
+    append_many(&d, "f", 100, "three");
+    wait_relayed(&d, "f");
+    assert!(d.stderr().contains("fenced"), "the 403 path was taken");
+    assert_remote_equals_local(&d, &server.base_url(), "f");
+}
+
+#[test]
+fn a_backlog_over_more_sessions_than_tasks_is_relayed_in_turn() {
+    let server = RemoteServer::start(ServerKind::Rust);
+    let mut d = Daemon::new(Some(""));
+    d.restart();
+    // More sessions than the relay runs tasks for (256): the rest wait their turn.
+    let sessions: Vec<String> = (0..300).map(|i| format!("many-{i:03}")).collect();
+    let mut c = d.client();
+    for s in &sessions {
+        for i in 0..3 {
+            c.append(s, "user.input", json!({"text": format!("{s} {i}")}));
+        }
+    }
+    d.stop();
+    std::fs::write(
+        d.config_path().unwrap(),
+        relay_config(&server.base_url(), ""),
+    )
+    .unwrap();
+    d.restart();
+    wait_for("every session relayed", LONG, || {
+        let st = status(&d);
+        let done = st["streams"]
+            .as_array()?
+            .iter()
+            .filter(|s| s["acked_lsn"] == 3)
+            .count();
+        (done == sessions.len()).then_some(())
+    });
+    for s in &sessions {
+        let r = http(
+            &server.addr(),
+            "GET",
+            &format!("/v1/stream/{PREFIX}/{s}?offset=-1"),
+            &[],
+            b"",
+        )
+        .unwrap();
+        let got: Vec<Value> = serde_json::from_slice(&r.body).unwrap();
+        let lsns: Vec<u64> = got.iter().map(|m| m["lsn"].as_u64().unwrap()).collect();
+        assert_eq!(lsns, [1, 2, 3], "{s}");
+    }
+    assert_remote_equals_local(&d, &server.base_url(), &sessions[299]);
 }

@@ -37,6 +37,10 @@ use remote::Remote;
 
 /// Stream entries kept for `relay status` once their task has ended; the oldest go first.
 const MAX_IDLE_ENTRIES: usize = 4096;
+/// Streams with a task at once (each may hold a long-poll on its control stream); more
+/// sessions with work wait their turn, so a backlog of 100,000 sessions costs a queue entry
+/// each, not a task.
+const MAX_RUNNING: usize = 256;
 /// Sessions `relay status` reports from their ledgers when the relay has not touched them.
 const MAX_STATUS_FROM_LEDGERS: usize = 1000;
 
@@ -127,7 +131,9 @@ pub(crate) struct Shared {
     hub: Arc<Hub>,
     ledgers: LedgerDir,
     settings: watch::Sender<Arc<Settings>>,
-    streams: Mutex<HashMap<Arc<str>, Entry>>,
+    streams: Mutex<Streams>,
+    /// Told when a session waits for a task: an idle stream gives its task up.
+    slot_wanted: Notify,
     /// Batches in flight across all streams.
     permits: Semaphore,
     totals: Totals,
@@ -141,9 +147,36 @@ struct Totals {
     retries: AtomicU64,
 }
 
+/// The streams the relay knows of, and which of them have a task.
+#[derive(Default)]
+struct Streams {
+    map: HashMap<Arc<str>, Entry>,
+    /// Entries with a task now (at most [`MAX_RUNNING`]).
+    running: usize,
+    /// Sessions with work waiting for a task, oldest first.
+    waiting: std::collections::VecDeque<Arc<str>>,
+}
+
+impl std::ops::Deref for Streams {
+    type Target = HashMap<Arc<str>, Entry>;
+    fn deref(&self) -> &Self::Target {
+        &self.map
+    }
+}
+
+impl std::ops::DerefMut for Streams {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.map
+    }
+}
+
 struct Entry {
     status: Status,
     running: bool,
+    /// In `waiting`.
+    queued: bool,
+    /// The configuration generation it failed under: not restarted until it changes.
+    failed_in: Option<u64>,
     task: Option<tokio::task::AbortHandle>,
     wake: Arc<Notify>,
 }
@@ -210,7 +243,8 @@ impl Relay {
             ledgers,
             permits: Semaphore::new(config.max_parallel_streams),
             settings: watch::channel(settings).0,
-            streams: Mutex::new(HashMap::new()),
+            streams: Mutex::new(Streams::default()),
+            slot_wanted: Notify::new(),
             totals: Totals::default(),
         });
         let dispatcher = tokio::spawn(dispatch(
@@ -225,6 +259,16 @@ impl Relay {
     pub fn reconfigure(&self, config: &RelayConfig) {
         let current = self.shared.settings.borrow().clone();
         let settings = Settings::build(config, current.generation + 1);
+        let (old, new) = (
+            current.config.max_parallel_streams,
+            config.max_parallel_streams,
+        );
+        if new > old {
+            self.shared.permits.add_permits(new - old);
+        } else if new < old {
+            // Permits in use now are not taken back; the cap holds again as batches end.
+            self.shared.permits.forget_permits(old - new);
+        }
         if let Some(e) = &settings.error {
             tracing::error!(error = %e, "the relay cannot run");
         }
@@ -398,9 +442,14 @@ impl Shared {
         self.ensure_running(session.clone(), lsn, None);
     }
 
+    /// Makes sure `session`'s stream has a task (or waits for one): wakes it if it runs,
+    /// starts it if a task is free, queues it otherwise. A stream that failed stays stopped
+    /// until the configuration changes.
     fn ensure_running(self: &Arc<Self>, session: Arc<str>, local_lsn: u64, acked: Option<u64>) {
-        let mut map = self.streams.lock().unwrap();
-        let entry = map.entry(session.clone()).or_insert_with(|| Entry {
+        let generation = self.settings().generation;
+        let mut guard = self.streams.lock().unwrap();
+        let streams = &mut *guard;
+        let entry = streams.map.entry(session.clone()).or_insert_with(|| Entry {
             status: Status {
                 local_lsn: 0,
                 acked_lsn: acked.unwrap_or(0),
@@ -409,6 +458,8 @@ impl Shared {
                 touched: Instant::now(),
             },
             running: false,
+            queued: false,
+            failed_in: None,
             task: None,
             wake: Arc::new(Notify::new()),
         });
@@ -418,13 +469,46 @@ impl Shared {
             entry.wake.notify_one();
             return;
         }
-        entry.running = true;
-        let wake = entry.wake.clone();
-        entry.task = Some(tokio::spawn(stream::run(self.clone(), session, wake)).abort_handle());
-        let evict = map.len() > MAX_IDLE_ENTRIES;
-        drop(map);
+        if entry.queued || entry.failed_in == Some(generation) {
+            return;
+        }
+        if streams.running >= MAX_RUNNING {
+            entry.queued = true;
+            streams.waiting.push_back(session);
+            self.slot_wanted.notify_one();
+            return;
+        }
+        self.start(streams, session);
+        let evict = streams.map.len() > MAX_IDLE_ENTRIES;
+        drop(guard);
         if evict {
             self.evict_idle();
+        }
+    }
+
+    /// Gives `session` a task; the caller checked that one is free.
+    fn start(self: &Arc<Self>, streams: &mut Streams, session: Arc<str>) {
+        let Some(entry) = streams.map.get_mut(&session) else {
+            return;
+        };
+        entry.running = true;
+        entry.queued = false;
+        entry.failed_in = None;
+        let wake = entry.wake.clone();
+        entry.task = Some(tokio::spawn(stream::run(self.clone(), session, wake)).abort_handle());
+        streams.running += 1;
+    }
+
+    /// A task ended: the oldest waiting sessions get the free tasks.
+    fn start_waiting(self: &Arc<Self>, streams: &mut Streams) {
+        while streams.running < MAX_RUNNING {
+            let Some(next) = streams.waiting.pop_front() else {
+                return;
+            };
+            match streams.map.get(&next) {
+                Some(e) if e.queued && !e.running => self.start(streams, next),
+                _ => {}
+            }
         }
     }
 
@@ -493,7 +577,7 @@ impl Shared {
         }
         let mut idle: Vec<(Instant, Arc<str>)> = map
             .iter()
-            .filter(|(_, e)| !e.running && !matches!(e.status.state, State::Failed { .. }))
+            .filter(|(_, e)| !e.running && !e.queued && e.failed_in.is_none())
             .map(|(k, e)| (e.status.touched, k.clone()))
             .collect();
         idle.sort();
@@ -513,15 +597,34 @@ impl Shared {
 
     /// An idle stream's task asks to end: it may, unless new events arrived meanwhile (then
     /// it goes on, so no wake-up is lost between its last look and its end).
-    fn retire(&self, session: &str, acked_lsn: u64) -> bool {
-        let mut map = self.streams.lock().unwrap();
-        match map.get_mut(session) {
-            Some(e) if e.status.local_lsn > acked_lsn => false,
+    fn retire(self: &Arc<Self>, session: &str, acked_lsn: u64) -> bool {
+        let mut guard = self.streams.lock().unwrap();
+        let streams = &mut *guard;
+        match streams.map.get_mut(session) {
+            Some(e) if e.status.local_lsn > acked_lsn => return false,
             Some(e) => {
                 e.running = false;
-                true
+                e.task = None;
             }
-            None => true,
+            None => {}
         }
+        streams.running = streams.running.saturating_sub(1);
+        self.start_waiting(streams);
+        true
+    }
+
+    /// A stream failed for good: its task ends, and the stream is started again only once the
+    /// configuration changes (a scan then finds it behind).
+    fn release_failed(self: &Arc<Self>, session: &str) {
+        let generation = self.settings().generation;
+        let mut guard = self.streams.lock().unwrap();
+        let streams = &mut *guard;
+        if let Some(e) = streams.map.get_mut(session) {
+            e.running = false;
+            e.task = None;
+            e.failed_in = Some(generation);
+        }
+        streams.running = streams.running.saturating_sub(1);
+        self.start_waiting(streams);
     }
 }

@@ -79,8 +79,7 @@ pub(super) async fn run(shared: Arc<Shared>, session: Arc<str>, wake: Arc<Notify
         was_idle: false,
     };
     if let Err(e) = w.load_ledger().await {
-        w.fail(e.to_string());
-        let _ = settings_rx.changed().await;
+        return w.stop_failed(e.to_string(), control).await;
     }
     loop {
         let settings = settings_rx.borrow_and_update().clone();
@@ -88,10 +87,9 @@ pub(super) async fn run(shared: Arc<Shared>, session: Arc<str>, wake: Arc<Notify
             let retarget = settings.target != w.settings.target;
             w.settings = settings;
             w.backoff = Duration::from_millis(w.settings.config.retry_min_ms);
+            w.fences = 0;
             if retarget && let Err(e) = w.load_ledger().await {
-                w.fail(e.to_string());
-                let _ = settings_rx.changed().await;
-                continue;
+                return w.stop_failed(e.to_string(), control).await;
             }
         }
         match w.step().await {
@@ -99,26 +97,25 @@ pub(super) async fn run(shared: Arc<Shared>, session: Arc<str>, wake: Arc<Notify
             Step::Idle => {
                 w.was_idle = true;
                 w.save_if_dirty().await;
-                tokio::select! {
-                    _ = wake.notified() => {}
-                    _ = settings_rx.changed() => {}
-                    _ = tokio::time::sleep(IDLE_EXIT) => {
-                        let waiting = !w.shared.checkpoints.list(Some("pending"), Some(&w.session), Some(1)).is_empty();
-                        if !waiting && w.shared.retire(&w.session, w.ledger.acked_lsn) {
-                            drop(control);
-                            return;
-                        }
-                    }
-                }
-            }
-            Step::Failed(reason) => {
-                tracing::error!(session = %w.session, %reason, "relay stopped for this session until the configuration changes");
-                w.save_if_dirty().await;
-                w.fail(reason);
-                if settings_rx.changed().await.is_err() {
+                let give_up_task = tokio::select! {
+                    _ = wake.notified() => false,
+                    _ = settings_rx.changed() => false,
+                    // Another session waits for a task: an idle stream gives its own up.
+                    _ = w.shared.slot_wanted.notified() => true,
+                    _ = tokio::time::sleep(IDLE_EXIT) => true,
+                };
+                // A checkpoint waiting in the session keeps its control stream followed.
+                if give_up_task
+                    && w.shared
+                        .checkpoints
+                        .list(Some("pending"), Some(&w.session), Some(1))
+                        .is_empty()
+                    && w.shared.retire(&w.session, w.ledger.acked_lsn)
+                {
                     return;
                 }
             }
+            Step::Failed(reason) => return w.stop_failed(reason, control).await,
         }
     }
 }
@@ -166,6 +163,15 @@ impl Worker {
         {
             tracing::warn!(session = %self.session, error = %e, "relay ledger not saved");
         }
+    }
+
+    /// Stops for good (until the configuration changes), with the reason in `relay status`.
+    async fn stop_failed(mut self, reason: String, control: AbortOnDrop) {
+        tracing::error!(session = %self.session, %reason, "relay stopped for this session until the configuration changes");
+        self.save_if_dirty().await;
+        self.fail(reason);
+        drop(control);
+        self.shared.release_failed(&self.session);
     }
 
     fn fail(&self, reason: String) {
@@ -226,7 +232,7 @@ impl Worker {
                 };
                 self.ledger.inflight = Some(f);
                 if let Err(e) = self.save().await {
-                    return Step::Failed(e);
+                    return self.back_off(e, None).await;
                 }
                 return Step::Continue;
             }
@@ -251,7 +257,7 @@ impl Worker {
                 self.body = None;
                 match self.save().await {
                     Ok(()) => Step::Continue,
-                    Err(e) => Step::Failed(e),
+                    Err(e) => self.back_off(e, None).await,
                 }
             }
             CreateOutcome::Existed => {
@@ -266,7 +272,7 @@ impl Worker {
                 self.ledger.created = true;
                 match self.save().await {
                     Ok(()) => Step::Continue,
-                    Err(e) => Step::Failed(e),
+                    Err(e) => self.back_off(e, None).await,
                 }
             }
             CreateOutcome::Retry { reason, after } => self.back_off(reason, after).await,
@@ -313,7 +319,7 @@ impl Worker {
         };
         self.ledger.inflight = Some(f);
         if let Err(e) = self.save().await {
-            return Step::Failed(e);
+            return self.back_off(e, None).await;
         }
         self.body = Some((f.seq, body, count));
         self.send(f).await
@@ -404,7 +410,7 @@ impl Worker {
                 if f.close
                     && let Err(e) = self.save().await
                 {
-                    return Step::Failed(e);
+                    return self.back_off(e, None).await;
                 }
                 Step::Continue
             }
@@ -520,7 +526,7 @@ impl Worker {
         tracing::info!(session = %self.session, acked_lsn = self.ledger.acked_lsn, epoch = self.ledger.epoch, "relay: resynced with the remote stream");
         match self.save().await {
             Ok(()) => Step::Continue,
-            Err(e) => Step::Failed(e),
+            Err(e) => self.back_off(e, None).await,
         }
     }
 

@@ -21,6 +21,8 @@ mod load;
 mod procs;
 #[path = "bench/reference.rs"]
 mod reference;
+#[path = "bench/relay.rs"]
+mod relay;
 #[path = "bench/rpc.rs"]
 mod rpc;
 #[path = "bench/stats.rs"]
@@ -57,6 +59,9 @@ const MANY_WINDOW: u64 = 64;
 /// Checkpoint round trips timed, and pending checkpoints held at once.
 const CHECKPOINT_ROUND_TRIPS: usize = 500;
 const PENDING_CHECKPOINTS: u64 = 100_000;
+/// Events per relay POST in the relay benchmark, and single events timed to a live reader.
+const RELAY_BATCH: u64 = 1000;
+const RELAY_LIVE_EVENTS: u64 = 300;
 /// Timed runs of `dstream hook claude-code` (and of the one-shot C client), and rounds of
 /// captured payloads ingested to measure each mapping plugin.
 const HOOK_RUNS: usize = 300;
@@ -150,7 +155,7 @@ fn run() -> Result<()> {
     let ref_bin = if o.skip_reference {
         None
     } else {
-        Some(procs::ensure_reference(&repo)?)
+        Some(procs::ensure_reference()?)
     };
 
     // Temp dirs on the real disk (fsync must be real), never tmpfs.
@@ -209,6 +214,9 @@ fn run() -> Result<()> {
     }
     if let Some(bin) = r {
         b.reference_big(bin)?;
+    }
+    if let (Some(bin), Some(ref_bin)) = (d, r) {
+        b.dstream_relay(bin, ref_bin)?;
     }
 
     let (cpu_end, mut load) = (
@@ -892,6 +900,74 @@ impl Bench<'_> {
         Ok(())
     }
 
+    /// The relay against the reference server: a backlog written while the relay was off
+    /// goes out from the log (throughput, peak RSS), then single events reach a remote
+    /// long-poll reader (latency).
+    fn dstream_relay(&mut self, bin: &Path, ref_bin: &Path) -> Result<()> {
+        let events = self.o.events;
+        eprintln!("bench: dstream: relay of a {events}-event backlog to the reference server");
+        let dir = tempdir(&self.tmp_root, "dstream-relay-")?;
+        let s = DstreamSetup {
+            bin: bin.into(),
+            dir: dir.path().into(),
+            nofile: None,
+        };
+        let (d, _) = s.start(FSYNC_NEVER)?;
+        let r = rpc::bulk_load(&s.socket(), "backlog", events, BULK_CONNS, BULK_WINDOW);
+        d.stop()?;
+        let (_, errors, first) = r?;
+        if errors > 0 {
+            bail!("backlog load failed: {}", first.unwrap_or_default());
+        }
+        sync_disk();
+        let rdir = tempdir(&self.tmp_root, "ref-relay-")?;
+        let rs = RefSetup {
+            bin: ref_bin.into(),
+            dir: rdir.path().into(),
+        };
+        let (server, _, addr) = rs.start()?;
+        let config = format!(
+            "{FSYNC_ALWAYS}\n[relay]\nurl = \"http://{addr}/v1/stream\"\nprefix = \"bench\"\nbatch_max_events = {RELAY_BATCH}\nbatch_max_bytes = 4194304"
+        );
+        let (d, _) = s.start(&config)?;
+        let caught_up = relay::catch_up(
+            &s.socket(),
+            d.pid(),
+            "backlog",
+            events,
+            Duration::from_secs(900),
+        );
+        let latency = caught_up.as_ref().ok().map(|_| {
+            relay::live_latency(
+                &s.socket(),
+                &addr,
+                "/v1/stream/bench/live",
+                "live",
+                RELAY_LIVE_EVENTS,
+            )
+        });
+        d.stop()?;
+        server.stop()?;
+        let (took, peak) = caught_up?;
+        let rate = events as f64 / took.as_secs_f64();
+        eprintln!("bench:   {rate:.0} events/s, peak RSS {peak:.1} MB");
+        self.ours.insert("relay/rate", rate);
+        self.ours.insert("relay/rss", peak);
+        if let Some(l) = latency {
+            let mut l = l?;
+            let p = pcts(&mut l, 1e6);
+            eprintln!(
+                "bench:   append → remote live read p50 {:?} ms p99 {:?} ms",
+                p.p50, p.p99
+            );
+            p.p50.map(|v| self.ours.insert("relay/p50", v));
+            p.p99.map(|v| self.ours.insert("relay/p99", v));
+        }
+        drop((dir, rdir));
+        sync_disk();
+        Ok(())
+    }
+
     /// Bulk load of one big session, then restart (recovery) times, then timed reads.
     fn dstream_big(&mut self, bin: &Path) -> Result<()> {
         let (o, m) = (self.o, &mut self.ours);
@@ -1184,6 +1260,26 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
             better,
         );
     }
+    let backlog = get(ours, "relay/rate").map_or("–".into(), |_| thousands(o.events));
+    t.add(
+        format!("relay of a {backlog}-event backlog from the log to the reference server on loopback, events/s ({RELAY_BATCH}-event batches, one in flight, a durable ledger write per batch; reference column: a client POSTing the same-size batches from memory to the same server)"),
+        get(ours, "relay/rate"),
+        get(theirs, "bulk/s"),
+        Better::Higher,
+    );
+    t.add(
+        "… daemon peak RSS MB while relaying it",
+        get(ours, "relay/rss"),
+        None,
+        Better::Lower,
+    );
+    t.add(
+        "append on the local socket → readable by a remote long-poll reader (`linger_ms = 5`, the default), p50 ms",
+        get(ours, "relay/p50"),
+        None,
+        Better::Lower,
+    );
+    t.add("… p99 ms", get(ours, "relay/p99"), None, Better::Lower);
     let n = thousands(MANY_SESSIONS);
     let many = format!("{n} sessions, ulimit -n {MANY_NOFILE}");
     for (k, what, better) in [

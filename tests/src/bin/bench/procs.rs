@@ -15,7 +15,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::http::HttpConn;
 
-pub const REFERENCE_VERSION: &str = "0.1.5";
+pub const REFERENCE_VERSION: &str = dstream_tests::relay::RUST_REFERENCE_VERSION;
 /// Upper bound for any start (recovery of a large log included) and any stop.
 const START_TIMEOUT: Duration = Duration::from_secs(180);
 const STOP_TIMEOUT: Duration = Duration::from_secs(60);
@@ -95,27 +95,11 @@ pub fn build_ffi(repo: &Path, daemon: &Path) -> Result<PathBuf> {
     Ok(dir)
 }
 
-/// Installs the reference server under `<repo>/.bench-cache/durable-streams` when missing.
-pub fn ensure_reference(repo: &Path) -> Result<PathBuf> {
-    let root = repo.join(".bench-cache/durable-streams");
-    let bin = root.join("bin/durable-streams-server");
-    if bin.exists() {
-        eprintln!("bench: reference server found at {}", bin.display());
-        return Ok(bin);
-    }
-    eprintln!(
-        "bench: installing the reference server (takes ~1-2 min): cargo install --locked --root {} durable-streams --version {REFERENCE_VERSION}",
-        root.display()
-    );
-    let status = Command::new(cargo())
-        .args(["install", "--locked", "--root"])
-        .arg(&root)
-        .args(["durable-streams", "--version", REFERENCE_VERSION])
-        .status()
-        .context("running cargo install")?;
-    if !status.success() || !bin.exists() {
-        bail!("cargo install durable-streams failed ({status})");
-    }
+/// The reference server, installed (once, shared with the relay tests) under
+/// `~/.cache/dstream/durable-streams-<version>`.
+pub fn ensure_reference() -> Result<PathBuf> {
+    let bin = dstream_tests::relay::rust_reference_bin();
+    eprintln!("bench: reference server at {}", bin.display());
     Ok(bin)
 }
 
