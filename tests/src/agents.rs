@@ -502,3 +502,32 @@ pub fn write_capture_script(env: &AgentEnv, file: &Path) -> PathBuf {
     fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
     p
 }
+
+/// Claude Code, hooked to the daemon at `socket` (`dstream install`), asked by the mock model
+/// to run `command` in Bash and then to say `final_text`; runs on a thread of its own so the
+/// test can decide meanwhile. The mock lives as long as the run.
+pub fn spawn_claude_bash(
+    paths: &AgentPaths,
+    env: &AgentEnv,
+    socket: &Path,
+    command: &str,
+    final_text: &str,
+) -> std::thread::JoinHandle<RunOutput> {
+    use crate::mock_model::{Reply, Script};
+    install(env, "claude-code");
+    let mock = MockModel::anthropic(Script::tool_then_text(Reply::bash(command), final_text));
+    let mut cmd = claude_command(paths, env, &mock, "Run the command", &[]);
+    cmd.env("DSTREAM_SOCKET", socket);
+    spawn_run(cmd, mock)
+}
+
+/// Runs `cmd` on a thread of its own, keeping `mock` up until it ends.
+pub fn spawn_run(cmd: Command, mock: MockModel) -> std::thread::JoinHandle<RunOutput> {
+    // Output files go to a directory of their own, which lives as long as the run.
+    let files = AgentEnv::new();
+    std::thread::spawn(move || {
+        let out = run(&files, cmd, Duration::from_secs(150));
+        drop(mock);
+        out
+    })
+}

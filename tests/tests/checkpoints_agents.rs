@@ -77,22 +77,7 @@ fn claude_run(
     env: &AgentEnv,
     command: &str,
 ) -> std::thread::JoinHandle<RunOutput> {
-    agents::install(env, "claude-code");
-    let mock = MockModel::anthropic(Script::tool_then_text(Reply::bash(command), FINAL));
-    let mut cmd = agents::claude_command(paths, env, &mock, "Run the command", &[]);
-    cmd.env("DSTREAM_SOCKET", d.socket());
-    spawn_run(cmd, mock)
-}
-
-/// Runs the agent on a thread of its own (the test decides meanwhile), keeping its mock up.
-fn spawn_run(cmd: Command, mock: MockModel) -> std::thread::JoinHandle<RunOutput> {
-    // Output files go to a directory of their own, which lives as long as the run.
-    let files = AgentEnv::new();
-    std::thread::spawn(move || {
-        let out = agents::run(&files, cmd, Duration::from_secs(150));
-        drop(mock);
-        out
-    })
+    agents::spawn_claude_bash(paths, env, &d.socket(), command, FINAL)
 }
 
 fn opencode_run(
@@ -105,7 +90,7 @@ fn opencode_run(
     let mock = MockModel::openai(Script::tool_then_text(Reply::opencode_bash(command), FINAL));
     let mut cmd = agents::opencode_command(paths, env, &mock, "Run the command", &[]);
     cmd.env("DSTREAM_SOCKET", d.socket());
-    spawn_run(cmd, mock)
+    agents::spawn_run(cmd, mock)
 }
 
 type Runner = fn(&AgentPaths, &Daemon, &AgentEnv, &str) -> std::thread::JoinHandle<RunOutput>;

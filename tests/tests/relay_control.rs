@@ -335,3 +335,75 @@ fn a_signed_abort_rejects_what_is_pending_and_blocks_the_next_tool_call() {
     let out = hook_output(spawn_hook(&d.socket(), &pre_tool_use("r3", "c3", "ls")));
     assert_eq!(out, Value::Null, "no decision: the agent goes on as usual");
 }
+
+/// The real Claude Code (offline, against the mock model): its Bash call waits on a checkpoint;
+/// a signed approval from the control stream lets it run, and a signed abort in another
+/// session rejects its waiting call, which then never runs.
+#[test]
+fn claude_code_runs_a_remotely_approved_call_and_not_a_remotely_stopped_one() {
+    use dstream_tests::agents::{self, AgentEnv};
+    let paths = agents::ensure_installed();
+    let server = RemoteServer::start(ServerKind::Rust);
+    let d = daemon(
+        &server,
+        "[[checkpoints.rules]]\ntool = \"Bash\"\naction = \"ask\"\ntimeout_ms = 120000\n",
+    );
+    let mut c = d.client();
+    for (case, approve) in [("approved", true), ("stopped", false)] {
+        let probe = AgentEnv::new();
+        let marker = probe.project.join(format!("marker-{case}"));
+        let command = format!("touch {}", marker.display());
+        let run = agents::spawn_claude_bash(&paths, &probe, &d.socket(), &command, "Done.");
+        let pending = wait_for(
+            "Claude Code's call to wait",
+            Duration::from_secs(90),
+            || {
+                let list = c.ok("checkpoint.list", json!({"state": "pending"}));
+                list["checkpoints"].as_array()?.first().cloned()
+            },
+        );
+        let (id, session) = (
+            pending["id"].as_str().unwrap().to_string(),
+            pending["session_id"].as_str().unwrap().to_string(),
+        );
+        assert!(!marker.exists(), "the call ran before anyone decided");
+        wait_control_stream(&server, &session);
+        let url = control_url(&server, &session);
+        if approve {
+            sign(
+                &["--session", &session, "--approve", &id, "--key-id", "phone"],
+                KEY,
+                Some(&url),
+            );
+        } else {
+            sign(
+                &[
+                    "--session",
+                    &session,
+                    "--abort",
+                    "--key-id",
+                    "phone",
+                    "--reason",
+                    "enough",
+                ],
+                KEY,
+                Some(&url),
+            );
+        }
+        let out = run.join().unwrap();
+        out.assert_success(&format!("claude run, case {case}"));
+        assert_eq!(
+            marker.exists(),
+            approve,
+            "case {case}: ran = {}",
+            marker.exists()
+        );
+        let decided = c.ok("checkpoint.list", json!({"session_id": session}));
+        let decision = &decided["checkpoints"][0]["decision"];
+        assert_eq!(decision["decided_by"], "remote:phone", "{decided}");
+        if !approve {
+            assert_eq!(decision["note"], "stopped remotely", "{decided}");
+            assert_eq!(events_of(&mut c, &session, "agent.aborted").len(), 1);
+        }
+    }
+}
