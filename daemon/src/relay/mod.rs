@@ -41,6 +41,8 @@ const MAX_IDLE_ENTRIES: usize = 4096;
 /// sessions with work wait their turn, so a backlog of 100,000 sessions costs a queue entry
 /// each, not a task.
 const MAX_RUNNING: usize = 256;
+/// Idle entries beyond the cap before they are trimmed (in one pass).
+const EVICT_SLACK: usize = 1024;
 /// Sessions `relay status` reports from their ledgers when the relay has not touched them.
 const MAX_STATUS_FROM_LEDGERS: usize = 1000;
 
@@ -479,7 +481,13 @@ impl Shared {
             return;
         }
         self.start(streams, session);
-        let evict = streams.map.len() > MAX_IDLE_ENTRIES;
+        // Entries without a task or a place in the queue, give or take: trimmed in bulk, so
+        // the scan is paid once per EVICT_SLACK new entries, not per start.
+        let idle = streams
+            .map
+            .len()
+            .saturating_sub(streams.waiting.len() + streams.running);
+        let evict = idle > MAX_IDLE_ENTRIES + EVICT_SLACK;
         drop(guard);
         if evict {
             self.evict_idle();
@@ -569,19 +577,20 @@ impl Shared {
         }
     }
 
-    /// Drops the entries of the streams idle longest, beyond the cap.
+    /// Drops the entries of the streams idle longest, beyond the cap (failed ones too: such a
+    /// session tries again at its next event).
     fn evict_idle(&self) {
         let mut map = self.streams.lock().unwrap();
-        if map.len() <= MAX_IDLE_ENTRIES {
-            return;
-        }
         let mut idle: Vec<(Instant, Arc<str>)> = map
             .iter()
-            .filter(|(_, e)| !e.running && !e.queued && e.failed_in.is_none())
+            .filter(|(_, e)| !e.running && !e.queued)
             .map(|(k, e)| (e.status.touched, k.clone()))
             .collect();
+        if idle.len() <= MAX_IDLE_ENTRIES {
+            return;
+        }
         idle.sort();
-        let excess = map.len() - MAX_IDLE_ENTRIES;
+        let excess = idle.len() - MAX_IDLE_ENTRIES;
         for (_, k) in idle.into_iter().take(excess) {
             map.remove(&k);
         }
