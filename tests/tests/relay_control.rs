@@ -182,7 +182,7 @@ fn a_signed_remote_approval_reaches_a_waiting_hook_and_the_tool_runs() {
 }
 
 #[test]
-fn unsigned_mis_signed_replayed_late_and_foreign_decisions_are_refused_and_recorded() {
+fn unsigned_mis_signed_replayed_late_unknown_and_foreign_decisions_are_refused_and_recorded() {
     let server = RemoteServer::start(ServerKind::Rust);
     let d = daemon(&server, "");
     let mut c = d.client();
@@ -234,6 +234,23 @@ fn unsigned_mis_signed_replayed_late_and_foreign_decisions_are_refused_and_recor
             None,
         ),
     );
+    // 5b. Signed, for a checkpoint nobody opened.
+    post_raw(
+        &server,
+        "r2",
+        &sign(
+            &[
+                "--session",
+                "r2",
+                "--approve",
+                "ck_000000000000000000000000",
+                "--key-id",
+                "phone",
+            ],
+            KEY,
+            None,
+        ),
+    );
     // 6. Valid: applied.
     let good = approve(&["--nonce", "once-only"], KEY);
     post_raw(&server, "r2", &good);
@@ -246,9 +263,9 @@ fn unsigned_mis_signed_replayed_late_and_foreign_decisions_are_refused_and_recor
         Some(&url),
     );
 
-    let rejected = wait_for("seven refusals recorded", LONG, || {
+    let rejected = wait_for("eight refusals recorded", LONG, || {
         let r = events_of(&mut c, "r2", "relay.control_rejected");
-        (r.len() >= 7).then_some(r)
+        (r.len() >= 8).then_some(r)
     });
     let reasons: Vec<&str> = rejected
         .iter()
@@ -260,6 +277,7 @@ fn unsigned_mis_signed_replayed_late_and_foreign_decisions_are_refused_and_recor
         "does not verify",
         "approval_max_age_ms",
         "another session",
+        "unknown checkpoint",
         "replayed",
         "too late",
     ];
