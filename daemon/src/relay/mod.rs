@@ -477,7 +477,8 @@ impl Shared {
         if streams.running >= MAX_RUNNING {
             entry.queued = true;
             streams.waiting.push_back(session);
-            self.slot_wanted.notify_one();
+            // Every idle stream looks; the first to give its task up starts this one.
+            self.slot_wanted.notify_waiters();
             return;
         }
         self.start(streams, session);
@@ -620,6 +621,11 @@ impl Shared {
         streams.running = streams.running.saturating_sub(1);
         self.start_waiting(streams);
         true
+    }
+
+    /// Whether sessions with work wait for a task.
+    fn has_waiting(&self) -> bool {
+        !self.streams.lock().unwrap().waiting.is_empty()
     }
 
     /// A stream failed for good: its task ends, and the stream is started again only once the

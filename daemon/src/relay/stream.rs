@@ -97,20 +97,28 @@ pub(super) async fn run(shared: Arc<Shared>, session: Arc<str>, wake: Arc<Notify
             Step::Idle => {
                 w.was_idle = true;
                 w.save_if_dirty().await;
-                let give_up_task = tokio::select! {
-                    _ = wake.notified() => false,
-                    _ = settings_rx.changed() => false,
-                    // Another session waits for a task: an idle stream gives its own up.
-                    _ = w.shared.slot_wanted.notified() => true,
-                    _ = tokio::time::sleep(IDLE_EXIT) => true,
-                };
-                // A checkpoint waiting in the session keeps its control stream followed.
-                if give_up_task
-                    && w.shared
+                // An idle stream gives its task up to a session waiting for one, or after
+                // IDLE_EXIT; not while a checkpoint waits in its session (the control stream
+                // must be followed), nor when new events arrived meanwhile.
+                let may_yield = |w: &Worker| {
+                    w.shared
                         .checkpoints
                         .list(Some("pending"), Some(&w.session), Some(1))
                         .is_empty()
+                };
+                if w.shared.has_waiting()
+                    && may_yield(&w)
                     && w.shared.retire(&w.session, w.ledger.acked_lsn)
+                {
+                    return;
+                }
+                let give_up_task = tokio::select! {
+                    _ = wake.notified() => false,
+                    _ = settings_rx.changed() => false,
+                    _ = w.shared.slot_wanted.notified() => true,
+                    _ = tokio::time::sleep(IDLE_EXIT) => true,
+                };
+                if give_up_task && may_yield(&w) && w.shared.retire(&w.session, w.ledger.acked_lsn)
                 {
                     return;
                 }
