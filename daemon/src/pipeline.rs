@@ -550,6 +550,7 @@ impl Worker {
             decided_by: Some(format!("rule:{}", r.rule)),
             updated_input: None,
             checkpoint: None,
+            stop: false,
         });
         let mut decision = strongest(from_rule, self.decide(set, draft, notes));
         // Stopped remotely: every call is denied until a person prompts the agent again.
@@ -563,6 +564,7 @@ impl Worker {
                 decided_by: Some(s.decided_by),
                 updated_input: None,
                 checkpoint: None,
+                stop: true,
             });
         decision = strongest(stopped, decision);
         if decision.is_none()
@@ -575,6 +577,7 @@ impl Worker {
                 decided_by: Some("checkpoints.permission_requests".into()),
                 updated_input: None,
                 checkpoint: None,
+                stop: false,
             });
         }
         let Some(mut decision) = decision else {
@@ -634,6 +637,7 @@ impl Worker {
                 decided_by: Some(format!("grant:{}", g.checkpoint_id)),
                 updated_input: None,
                 checkpoint: None,
+                stop: false,
             };
             let event = auto(&decision, Some(&g.checkpoint_id));
             return (Some(decision), Some(event));
@@ -747,6 +751,7 @@ impl Worker {
                         decided_by: Some(format!("plugin:{}", plugin.name())),
                         updated_input: None,
                         checkpoint: None,
+                        stop: false,
                     })
                 }
             };
@@ -768,6 +773,7 @@ impl Worker {
                             decided_by: Some(format!("plugin:{}", plugin.name())),
                             updated_input: None,
                             checkpoint: None,
+                            stop: false,
                         }),
                     );
                 }
@@ -951,6 +957,7 @@ fn verdict(plugin: &Plugin, action: &str, reason: Option<String>) -> Result<Deci
             decided_by: Some(format!("plugin:{}", plugin.name())),
             updated_input: None,
             checkpoint: None,
+            stop: false,
         }),
         other => Err(format!(
             "decide returned {other:?}; expected \"allow\", \"deny\", \"ask\" or nil"

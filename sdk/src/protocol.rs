@@ -460,6 +460,10 @@ pub struct Decision {
     /// `checkpoint.await`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<CheckpointInfo>,
+    /// Set when the agent should also end its turn, where it can (a remote stop): Claude
+    /// Code gets `"continue": false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stop: bool,
 }
 
 // ---- checkpoints ----

@@ -343,6 +343,14 @@ fn a_signed_abort_rejects_what_is_pending_and_blocks_the_next_tool_call() {
         why.contains("stopped remotely") && why.contains("stop everything"),
         "{why}"
     );
+    // And Claude Code ends its turn there.
+    assert_eq!(out["continue"], false, "{out}");
+    assert!(
+        out["stopReason"]
+            .as_str()
+            .unwrap()
+            .contains("stop everything")
+    );
 
     // A new prompt from the person lifts it: calls run as policy says again.
     let prompt = json!({

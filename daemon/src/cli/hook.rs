@@ -116,6 +116,7 @@ and answers on stdout in Claude Code's format:
   `ask`              the call is held by a dstream checkpoint: the hook waits for the decision
                      (dstream approve|reject|inbox), across daemon restarts, then answers as above
   no decision, any other event -> nothing: Claude Code goes on as it normally would
+  remote stop        deny, with `continue: false` (Claude Code ends its turn)
 
 It always exits 0. If the daemon is not running, answers with an error, or takes longer than
 the deadline, the hook prints nothing (fails open) unless --fail-closed is given, in which case
@@ -630,6 +631,7 @@ fn decision_of(checkpoint: CheckpointInfo) -> Decision {
         decided_by: Some(d.decided_by.clone()),
         updated_input: d.input.clone(),
         checkpoint: Some(checkpoint),
+        stop: false,
     }
 }
 
@@ -711,6 +713,12 @@ impl Conn {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct ClaudeOutput {
+    /// `false` ends the agent's turn after this hook (a remote stop); absent otherwise.
+    #[serde(rename = "continue", skip_serializing_if = "Option::is_none")]
+    continue_: Option<bool>,
+    /// Shown to the person when `continue` is false.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stop_reason: Option<String>,
     hook_specific_output: ClaudeSpecific,
 }
 
@@ -835,8 +843,19 @@ fn answer(
     } else {
         "printed nothing"
     };
+    // A remote stop also ends the turn: Claude Code stops after this hook.
+    let stop = match outcome {
+        Ok((result, _)) => result.decision.as_ref().filter(|d| d.stop).map(|d| {
+            d.reason
+                .clone()
+                .unwrap_or_else(|| "stopped remotely".into())
+        }),
+        Err(_) => None,
+    };
     (
         output.map(|hook_specific_output| ClaudeOutput {
+            continue_: stop.as_ref().map(|_| false),
+            stop_reason: stop,
             hook_specific_output,
         }),
         said,
@@ -883,6 +902,7 @@ mod tests {
             decided_by: Some("rule:test".into()),
             updated_input: Some(json!({"command": "ls -la"})),
             checkpoint: None,
+            stop: false,
         }
     }
 
@@ -988,6 +1008,7 @@ mod tests {
             decided_by: Some("rule:no-rm".into()),
             updated_input: None,
             checkpoint: None,
+            stop: false,
         };
         match verdict_of(&d, false, false) {
             Verdict::Deny(r) => assert_eq!(r, "denied by rule:no-rm (dstream)"),
