@@ -95,6 +95,13 @@ typedef struct ds_plugin_vtable {
 
     /* Called once before the daemon stops using this copy of the library. */
     void (*shutdown)(void *state);
+
+    /* Appended to version 1 (a table whose struct_size ends before it has none): what leaves
+     * the machine through the relay. One stored event in (with its lsn); output: the event
+     * to send as a JSON object (changed or not), or JSON null to keep it local. NULL output
+     * sends it unchanged; a failure keeps it local. */
+    int32_t (*relay)(void *state, const char *event_json, size_t len, char **out_json,
+                     size_t *out_len);
 } ds_plugin_vtable;
 
 /* The one symbol dstream looks up. `host_abi_version` is the version the daemon speaks; a

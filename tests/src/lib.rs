@@ -66,6 +66,25 @@ pub fn daemon_bin() -> PathBuf {
     bin
 }
 
+/// Builds a C plugin (`src`, relative to the repository) into the shared library `out` with
+/// the system compiler against `plugins/include`, with extra `cc` arguments; moved into place
+/// in one step, as an install would, so a daemon never loads half a file.
+pub fn build_c_plugin(src: &str, out: &Path, extra: &[&str]) {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let tmp = out.with_extension("building");
+    let status = Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-I"])
+        .arg(repo.join("plugins/include"))
+        .args(extra)
+        .arg("-o")
+        .arg(&tmp)
+        .arg(repo.join(src))
+        .status()
+        .expect("a C compiler (cc) builds the example plugins");
+    assert!(status.success(), "cc {src} failed");
+    fs::rename(&tmp, out).unwrap();
+}
+
 /// The directory holding `libdstream_ffi.so`, for the C and Node tests.
 ///
 /// `cargo test` builds dstream-ffi only as an rlib (what Rust dependents link), so on a fresh

@@ -16,21 +16,8 @@ fn repo() -> PathBuf {
         .to_path_buf()
 }
 
-/// Builds a C plugin into `out` (a shared library), with extra `cc` arguments.
 fn build(src: &str, out: &Path, extra: &[&str]) {
-    let tmp = out.with_extension("building");
-    let status = Command::new("cc")
-        .args(["-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-I"])
-        .arg(repo().join("plugins/include"))
-        .args(extra)
-        .arg("-o")
-        .arg(&tmp)
-        .arg(repo().join(src))
-        .status()
-        .expect("a C compiler (cc) builds the example plugins");
-    assert!(status.success(), "cc {src} failed");
-    // Into place in one step, as an install would: the daemon never sees half a file.
-    std::fs::rename(&tmp, out).unwrap();
+    dstream_tests::build_c_plugin(src, out, extra);
 }
 
 fn daemon(config: &str) -> Daemon {

@@ -379,3 +379,53 @@ fn a_backlog_over_more_sessions_than_tasks_is_relayed_in_turn() {
     }
     assert_remote_equals_local(&d, &server.base_url(), &sessions[299]);
 }
+
+#[test]
+fn a_native_relay_filter_keeps_events_back_or_masks_them_in_process_and_isolated() {
+    let server = RemoteServer::start(ServerKind::Rust);
+    for (mode, extra) in [
+        ("in-process", ""),
+        (
+            "isolated",
+            "[plugins.native.relay_guard]\nisolation = \"process\"\n",
+        ),
+    ] {
+        let mut d = Daemon::new(Some(&format!(
+            "{extra}\n{}",
+            relay_config(&server.base_url(), "")
+        )));
+        std::fs::create_dir_all(d.plugin_dir()).unwrap();
+        dstream_tests::build_c_plugin(
+            "tests/native/relay_guard.c",
+            &d.plugin_dir().join("relay_guard.so"),
+            &[],
+        );
+        d.restart();
+        let mut c = d.client();
+        let session = format!("native-{mode}");
+        c.append(
+            &session,
+            "user.input",
+            json!({"text": "the code is hunter2"}),
+        );
+        c.append(
+            &session,
+            "note.private",
+            json!({"text": "for my eyes only"}),
+        );
+        c.append(&session, "user.input", json!({"text": "bye"}));
+        wait_relayed(&d, &session);
+        let remote = read_stream(&format!("{}/{PREFIX}/{session}", server.base_url())).messages;
+        let lsns: Vec<u64> = remote.iter().map(|m| m["lsn"].as_u64().unwrap()).collect();
+        assert_eq!(lsns, [1, 3], "{mode}: the private note stayed local");
+        assert_eq!(
+            remote[0]["payload"]["text"], "the code is *******",
+            "{mode}"
+        );
+        assert_eq!(
+            remote[1],
+            c.read_all(&session)[2],
+            "{mode}: unchanged when it says nothing"
+        );
+    }
+}

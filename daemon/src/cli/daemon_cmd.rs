@@ -30,6 +30,7 @@ fn env_path(name: &str) -> Option<PathBuf> {
 }
 
 pub fn run(args: DaemonArgs) -> anyhow::Result<ExitCode> {
+    return_big_buffers_to_the_os();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -70,5 +71,17 @@ fn raise_open_file_limit() {
             lim.rlim_cur = lim.rlim_max;
             libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
         }
+    }
+}
+
+/// Buffers of 1 MiB and more (big frames, read pages, relay batches) are mapped on their own
+/// and unmapped when freed. glibc otherwise raises its mmap threshold after the first such
+/// free and keeps later ones in per-thread arenas, so a daemon that once handled a few 16 MiB
+/// frames would stay that big however idle it is.
+fn return_big_buffers_to_the_os() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only tunes the allocator; called before any thread is started.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
     }
 }

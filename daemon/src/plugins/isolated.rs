@@ -89,13 +89,10 @@ impl Host {
         let r = &v["ready"];
         let mut hooks = Hooks::empty();
         for h in r["hooks"].as_array().into_iter().flatten() {
-            hooks |= match h.as_str() {
-                Some("map") => Hooks::MAP,
-                Some("process") => Hooks::PROCESS,
-                Some("decide") => Hooks::DECIDE,
-                Some("on_event") => Hooks::ON_EVENT,
-                _ => Hooks::empty(),
-            };
+            hooks |= h
+                .as_str()
+                .and_then(Hooks::from_name)
+                .unwrap_or(Hooks::empty());
         }
         let meta = PluginMeta {
             name: r["name"].as_str().unwrap_or("?").to_string(),
@@ -303,12 +300,9 @@ pub fn host_main(lib: &Path, cache: &Path, config: &str) -> ExitCode {
         let Ok(req) = serde_json::from_str::<Json>(&line) else {
             continue;
         };
-        let hook = match req["hook"].as_str() {
-            Some("map") => Hooks::MAP,
-            Some("process") => Hooks::PROCESS,
-            Some("decide") => Hooks::DECIDE,
-            Some("on_event") => Hooks::ON_EVENT,
-            _ => {
+        let hook = match req["hook"].as_str().and_then(Hooks::from_name) {
+            Some(h) => h,
+            None => {
                 let _ = writeln!(out, "{}", json!({"error": "unknown hook"}));
                 continue;
             }

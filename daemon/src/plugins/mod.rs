@@ -64,6 +64,18 @@ impl Hooks {
             _ => "?",
         }
     }
+    /// The hook a Lua function name (or the plugin host's wire name) stands for.
+    pub fn from_name(name: &str) -> Option<Hooks> {
+        [
+            Hooks::MAP,
+            Hooks::PROCESS,
+            Hooks::DECIDE,
+            Hooks::ON_EVENT,
+            Hooks::RELAY,
+        ]
+        .into_iter()
+        .find(|h| h.name() == name)
+    }
     pub fn names(self) -> Vec<String> {
         [
             Hooks::MAP,

@@ -88,6 +88,8 @@ struct VTable {
     free_buf: Option<FreeFn>,
     last_error: Option<LastErrorFn>,
     shutdown: Option<ShutdownFn>,
+    /// Appended to version 1: a plugin whose `struct_size` ends before it has none.
+    relay: Option<EventFn>,
 }
 
 extern "C" fn host_log(level: i32, msg: *const c_char, len: usize) {
@@ -233,6 +235,7 @@ fn load(path: &Path, cache: &Path, config: &Json) -> Result<Local, PluginError> 
         (vt.process.is_some(), Hooks::PROCESS),
         (vt.decide.is_some(), Hooks::DECIDE),
         (vt.on_event.is_some(), Hooks::ON_EVENT),
+        (vt.relay.is_some(), Hooks::RELAY),
     ] {
         if present {
             hooks |= hook;
@@ -366,13 +369,13 @@ fn run(l: &Local, hook: Hooks, input: Input) -> Result<Vec<Json>, PluginError> {
             };
             (rc, None)
         }
-        // A filter and a decision take the same arguments; only a filter's event is kept to
-        // pass on when it returns nothing.
-        (Hooks::PROCESS | Hooks::DECIDE, Input::Event(event)) => {
-            let f = if hook == Hooks::PROCESS {
-                vt.process
-            } else {
-                vt.decide
+        // A filter, a decision and a relay filter take the same arguments; the event is kept
+        // to pass on unchanged when a filter returns nothing.
+        (Hooks::PROCESS | Hooks::DECIDE | Hooks::RELAY, Input::Event(event)) => {
+            let f = match hook {
+                Hooks::PROCESS => vt.process,
+                Hooks::DECIDE => vt.decide,
+                _ => vt.relay,
             };
             let f = f.ok_or_else(missing)?;
             let text = event.to_string();
@@ -386,7 +389,7 @@ fn run(l: &Local, hook: Hooks, input: Input) -> Result<Vec<Json>, PluginError> {
                     &mut out_len,
                 )
             };
-            (rc, (hook == Hooks::PROCESS).then_some(event))
+            (rc, (hook != Hooks::DECIDE).then_some(event))
         }
         (Hooks::ON_EVENT, Input::Event(event)) => {
             let f = vt.on_event.ok_or_else(missing)?;
@@ -411,6 +414,15 @@ fn run(l: &Local, hook: Hooks, input: Input) -> Result<Vec<Json>, PluginError> {
     match hook {
         Hooks::DECIDE => Ok(vec![parsed.unwrap_or(Json::Null)]),
         Hooks::ON_EVENT => Ok(Vec::new()),
+        // The event to send, null to keep it local, nothing to send it unchanged.
+        Hooks::RELAY => match parsed {
+            None => Ok(kept.map(|e| vec![(*e).clone()]).unwrap_or_default()),
+            Some(Json::Null) => Ok(Vec::new()),
+            Some(e @ Json::Object(_)) => Ok(vec![e]),
+            Some(_) => Err(PluginError::Call(
+                "relay must return an event object or null".into(),
+            )),
+        },
         _ => match parsed {
             // No output: map emits nothing, process keeps the event as it came.
             None => Ok(kept.map(|e| vec![(*e).clone()]).unwrap_or_default()),
