@@ -187,6 +187,7 @@ pub struct RelayConfig {
     pub retry_min_ms: u64,
     pub retry_max_ms: u64,
     pub max_parallel_streams: usize,
+    pub close_on_session_end: bool,
     pub approval_key_env: String,
     pub approval_key_id: String,
     pub approval_max_age_ms: u64,

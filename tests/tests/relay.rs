@@ -231,6 +231,17 @@ fn a_wrong_token_is_reported_and_retried_only_after_the_config_changes() {
         reason.contains("401") && reason.contains("token_env"),
         "{reason}"
     );
+    // The whole relay says so: the credentials are wrong for every stream, and a second
+    // session does not knock again.
+    let top = status(&d)["error"].as_str().unwrap_or_default().to_string();
+    assert!(top.contains("401"), "{top}");
+    let knocks = proxy.unauthorized.load(Relaxed);
+    d.client()
+        .append("s2", "user.input", json!({"text": "another session"}));
+    wait_for("s2 failed too", LONG, || {
+        stream_status(&d, "s2").filter(|s| s["state"] == "failed")
+    });
+    assert_eq!(proxy.unauthorized.load(Relaxed), knocks, "s2 sent nothing");
     assert!(
         !d.stderr().contains("wrong-token"),
         "the token never reaches the logs"
@@ -428,4 +439,30 @@ fn a_native_relay_filter_keeps_events_back_or_masks_them_in_process_and_isolated
             "{mode}: unchanged when it says nothing"
         );
     }
+}
+
+#[test]
+fn with_close_on_session_end_off_a_resumed_session_keeps_relaying() {
+    let server = RemoteServer::start(ServerKind::Rust);
+    let d = Daemon::start_with(&relay_config(
+        &server.base_url(),
+        "close_on_session_end = false",
+    ));
+    let mut c = d.client();
+    c.append("r", "user.input", json!({"text": "first run"}));
+    c.append("r", "lifecycle.session.ended", json!({"reason": "exit"}));
+    wait_relayed(&d, "r");
+    // `claude --resume`: the same session goes on.
+    c.append(
+        "r",
+        "lifecycle.session.resumed",
+        json!({"source": "resume"}),
+    );
+    c.append("r", "user.input", json!({"text": "second run"}));
+    let st = wait_relayed(&d, "r");
+    assert_eq!(st["state"], "live", "{st}");
+    assert!(
+        !assert_remote_equals_local(&d, &server.base_url(), "r"),
+        "the stream stays open"
+    );
 }

@@ -331,7 +331,10 @@ impl Relay {
         RelayStatusResult {
             enabled: settings.config.enabled(),
             target: (!settings.target.is_empty()).then(|| settings.target.clone()),
-            error: settings.error.clone(),
+            error: settings
+                .error
+                .clone()
+                .or_else(|| settings.remote.as_ref().and_then(|r| r.refused())),
             totals: self.totals_with(&streams),
             streams,
         }

@@ -2,6 +2,7 @@
 //! with the idempotent producer headers to append or close, GET to read back), each turned
 //! into an outcome the stream's state machine acts on. Nothing here retries or sleeps.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use reqwest::StatusCode;
@@ -23,6 +24,9 @@ pub struct Remote {
     base: String,
     token: Option<String>,
     producer_id: String,
+    /// Set by the first 401: the credentials are wrong for every stream, so no request is
+    /// sent until the configuration changes (which builds a new `Remote`).
+    refused: Arc<Mutex<Option<String>>>,
 }
 
 /// What a POST came to.
@@ -97,7 +101,18 @@ impl Remote {
             base: format!("{}/{}", url.trim().trim_end_matches('/'), prefix),
             token,
             producer_id,
+            refused: Arc::default(),
         })
+    }
+
+    /// Why the server refused the credentials, if it did.
+    pub fn refused(&self) -> Option<String> {
+        self.refused.lock().unwrap().clone()
+    }
+
+    fn refuse(&self, reason: &str) {
+        tracing::error!(%reason, "the relay server refused the credentials; the relay waits for a configuration change");
+        *self.refused.lock().unwrap() = Some(reason.to_string());
     }
 
     /// The URL of a session's stream (`suffix` "" or ".control").
@@ -115,6 +130,9 @@ impl Remote {
 
     /// `PUT` a JSON stream: created, or already there with the same configuration.
     pub async fn create(&self, url: &str) -> CreateOutcome {
+        if let Some(reason) = self.refused() {
+            return CreateOutcome::Fatal { reason };
+        }
         let sent = self
             .request(reqwest::Method::PUT, url)
             .header("content-type", JSON)
@@ -134,6 +152,11 @@ impl Remote {
         match status {
             StatusCode::CREATED => CreateOutcome::Created,
             StatusCode::OK | StatusCode::NO_CONTENT => CreateOutcome::Existed,
+            StatusCode::UNAUTHORIZED => {
+                let reason = describe(status, resp).await;
+                self.refuse(&reason);
+                CreateOutcome::Fatal { reason }
+            }
             s if retryable(s) => CreateOutcome::Retry {
                 after: retry_after(resp.headers()),
                 reason: describe(s, resp).await,
@@ -154,6 +177,9 @@ impl Remote {
         body: bytes::Bytes,
         close: bool,
     ) -> PostOutcome {
+        if let Some(reason) = self.refused() {
+            return PostOutcome::Fatal { reason };
+        }
         let mut req = self
             .request(reqwest::Method::POST, url)
             .header("producer-id", &self.producer_id)
@@ -202,6 +228,11 @@ impl Remote {
                 },
             },
             StatusCode::NOT_FOUND | StatusCode::GONE => PostOutcome::NotFound,
+            StatusCode::UNAUTHORIZED => {
+                let reason = describe(status, resp).await;
+                self.refuse(&reason);
+                PostOutcome::Fatal { reason }
+            }
             s if retryable(s) => PostOutcome::Retry {
                 after: retry_after(resp.headers()),
                 reason: describe(s, resp).await,
@@ -215,6 +246,9 @@ impl Remote {
     /// `GET` from `offset` ("-1" is the beginning); with `live`, waits for new messages
     /// (long-poll) when there are none.
     pub async fn read(&self, url: &str, offset: &str, live: bool) -> ReadOutcome {
+        if let Some(reason) = self.refused() {
+            return ReadOutcome::Fatal { reason };
+        }
         let mut query = vec![("offset", offset)];
         if live {
             query.push(("live", "long-poll"));
@@ -279,6 +313,11 @@ impl Remote {
                 up_to_date: true,
             },
             StatusCode::NOT_FOUND | StatusCode::GONE => ReadOutcome::NotFound,
+            StatusCode::UNAUTHORIZED => {
+                let reason = describe(status, resp).await;
+                self.refuse(&reason);
+                ReadOutcome::Fatal { reason }
+            }
             s if retryable(s) => ReadOutcome::Retry {
                 after: retry_after(resp.headers()),
                 reason: describe(s, resp).await,

@@ -229,7 +229,7 @@ impl Worker {
         if acked < committed {
             return self.next_batch(committed).await;
         }
-        if self.end_checked != acked {
+        if self.settings.config.close_on_session_end && self.end_checked != acked {
             self.end_checked = acked;
             if acked > 0 && self.last_event_ends_session(acked).await {
                 let f = Inflight {
