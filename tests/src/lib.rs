@@ -66,6 +66,38 @@ pub fn daemon_bin() -> PathBuf {
     bin
 }
 
+/// A Claude Code `PreToolUse` hook event for a Bash `command`, as the agent sends it.
+pub fn claude_pre_tool_use(session: &str, call: &str, command: &str) -> Value {
+    json!({
+        "session_id": session,
+        "transcript_path": "/tmp/t.jsonl",
+        "cwd": "/tmp/project",
+        "permission_mode": "default",
+        "hook_event_name": "PreToolUse",
+        "tool_name": "Bash",
+        "tool_input": {"command": command, "description": "test"},
+        "tool_use_id": call,
+    })
+}
+
+/// `dstream hook claude-code` against the daemon at `socket`, with `event` on stdin, left
+/// running (it may wait for a checkpoint).
+pub fn spawn_hook(socket: &Path, event: &Value) -> Child {
+    let mut child = Command::new(daemon_bin())
+        .args(["hook", "claude-code"])
+        .env("DSTREAM_SOCKET", socket)
+        .env_remove("DSTREAM_HOOK_FAIL_CLOSED")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn dstream hook");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(event.to_string().as_bytes()).unwrap();
+    drop(stdin);
+    child
+}
+
 /// Builds a C plugin (`src`, relative to the repository) into the shared library `out` with
 /// the system compiler against `plugins/include`, with extra `cc` arguments; moved into place
 /// in one step, as an install would, so a daemon never loads half a file.

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use dstream_tests::serde_json::{Value, json};
-use dstream_tests::{Client, Daemon, daemon_bin, wait_child};
+use dstream_tests::{Client, Daemon, daemon_bin, spawn_hook, wait_child};
 
 /// Bash calls wait for a person; `rm` is refused outright.
 const POLICY: &str = r#"
@@ -24,33 +24,7 @@ action = "deny"
 "#;
 
 fn pre_tool_use(session: &str, call: &str, command: &str) -> Value {
-    json!({
-        "session_id": session,
-        "transcript_path": "/tmp/t.jsonl",
-        "cwd": "/tmp/project",
-        "permission_mode": "default",
-        "hook_event_name": "PreToolUse",
-        "tool_name": "Bash",
-        "tool_input": {"command": command, "description": "test"},
-        "tool_use_id": call,
-    })
-}
-
-/// `dstream hook claude-code` with `event` on stdin, left running.
-fn spawn_hook(socket: &Path, event: &Value) -> Child {
-    let mut child = Command::new(daemon_bin())
-        .args(["hook", "claude-code"])
-        .env("DSTREAM_SOCKET", socket)
-        .env_remove("DSTREAM_HOOK_FAIL_CLOSED")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn dstream hook");
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(event.to_string().as_bytes()).unwrap();
-    drop(stdin);
-    child
+    dstream_tests::claude_pre_tool_use(session, call, command)
 }
 
 /// What a hook printed, once it exited (0, always).

@@ -4,13 +4,12 @@
 //! recorded; a signed abort rejects what is pending and blocks the next tool call.
 #![cfg(unix)]
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use dstream_tests::relay::{RemoteServer, ServerKind, http, read_stream, wait_for};
-use dstream_tests::{Client, Daemon, daemon_bin, wait_child};
+use dstream_tests::{Client, Daemon, spawn_hook, wait_child};
 use serde_json::{Value, json};
 
 const KEY: &str = "correct horse battery staple";
@@ -83,32 +82,7 @@ fn events_of(c: &mut Client, session: &str, ty: &str) -> Vec<Value> {
 }
 
 fn pre_tool_use(session: &str, call: &str, command: &str) -> Value {
-    json!({
-        "session_id": session,
-        "transcript_path": "/tmp/t.jsonl",
-        "cwd": "/tmp/project",
-        "permission_mode": "default",
-        "hook_event_name": "PreToolUse",
-        "tool_name": "Bash",
-        "tool_input": {"command": command, "description": "test"},
-        "tool_use_id": call,
-    })
-}
-
-fn spawn_hook(socket: &Path, event: &Value) -> Child {
-    let mut child = Command::new(daemon_bin())
-        .args(["hook", "claude-code"])
-        .env("DSTREAM_SOCKET", socket)
-        .env_remove("DSTREAM_HOOK_FAIL_CLOSED")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn dstream hook");
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(event.to_string().as_bytes()).unwrap();
-    drop(stdin);
-    child
+    dstream_tests::claude_pre_tool_use(session, call, command)
 }
 
 /// What the hook printed (`Value::Null` for nothing) once it exited.

@@ -429,13 +429,7 @@ fn read_meta(module: &Table) -> Result<PluginMeta, PluginError> {
         _ => return Err(bad("`priority` must be an integer".into())),
     };
     let mut hooks = Hooks::empty();
-    for hook in [
-        Hooks::MAP,
-        Hooks::PROCESS,
-        Hooks::DECIDE,
-        Hooks::ON_EVENT,
-        Hooks::RELAY,
-    ] {
+    for hook in Hooks::ALL {
         match module.get::<Value>(hook.name()) {
             Ok(Value::Function(_)) => hooks |= hook,
             Ok(Value::Nil) => {}

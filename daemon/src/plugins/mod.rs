@@ -64,30 +64,24 @@ impl Hooks {
             _ => "?",
         }
     }
+    /// Every single hook, in the order they run.
+    pub const ALL: [Hooks; 5] = [
+        Hooks::MAP,
+        Hooks::PROCESS,
+        Hooks::DECIDE,
+        Hooks::ON_EVENT,
+        Hooks::RELAY,
+    ];
     /// The hook a Lua function name (or the plugin host's wire name) stands for.
     pub fn from_name(name: &str) -> Option<Hooks> {
-        [
-            Hooks::MAP,
-            Hooks::PROCESS,
-            Hooks::DECIDE,
-            Hooks::ON_EVENT,
-            Hooks::RELAY,
-        ]
-        .into_iter()
-        .find(|h| h.name() == name)
+        Hooks::ALL.into_iter().find(|h| h.name() == name)
     }
     pub fn names(self) -> Vec<String> {
-        [
-            Hooks::MAP,
-            Hooks::PROCESS,
-            Hooks::DECIDE,
-            Hooks::ON_EVENT,
-            Hooks::RELAY,
-        ]
-        .into_iter()
-        .filter(|h| self.contains(*h))
-        .map(|h| h.name().to_string())
-        .collect()
+        Hooks::ALL
+            .into_iter()
+            .filter(|h| self.contains(*h))
+            .map(|h| h.name().to_string())
+            .collect()
     }
 }
 

@@ -8,7 +8,8 @@
 //!
 //! - `ledger`: per session, what the remote stream holds, written before each batch leaves;
 //! - `remote`: the HTTP requests and what their answers mean;
-//! - `stream`: one session's state machine (create, send, back off, resync, close).
+//! - `stream`: one session's state machine (create, send, back off, resync, close);
+//! - `control` + `signing`: signed remote decisions and stops from the control stream.
 //!
 //! A stream's task exists while its session has work; an idle one ends, so tasks and memory
 //! follow active sessions, never history.
