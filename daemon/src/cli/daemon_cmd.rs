@@ -80,7 +80,7 @@ fn raise_open_file_limit() {
 /// frames would stay that big however idle it is. Not lower: recovery reads every log through
 /// a 1 MiB buffer, and mapping that afresh per session made a 10,000-session restart 4x slower.
 /// Pinning the threshold also pins the trim threshold at its 128 KiB default, and trimming
-/// the heap that eagerly cost the same restart another ~70%; 8 MiB is where glibc would have
+/// the heap that eagerly cost the same restart another ~45%; 8 MiB is where glibc would have
 /// put it.
 fn return_big_buffers_to_the_os() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -25,8 +25,12 @@ use crate::plugins::{Hooks, Input, PluginSet};
 use crate::store::EventJson;
 
 /// A stream with nothing to send (and no checkpoint waiting in its session) ends its task, and
-/// stops following its control stream, after this long.
-const IDLE_EXIT: Duration = Duration::from_secs(120);
+/// stops following its control stream, after this long. Long enough that a person who stops
+/// an agent from the phone while it sits idle (a long build, a question to its user) is heard
+/// before its next tool call; an idle task still gives way at once to a session with work.
+const IDLE_EXIT: Duration = Duration::from_secs(15 * 60);
+/// A closed stream (its session ended) has nothing to follow: its task ends sooner.
+const CLOSED_EXIT: Duration = Duration::from_secs(5);
 /// The event type that ends a session (and closes its remote stream).
 const SESSION_ENDED: &[u8] = b"\"type\":\"lifecycle.session.ended\"";
 
@@ -112,11 +116,16 @@ pub(super) async fn run(shared: Arc<Shared>, session: Arc<str>, wake: Arc<Notify
                 {
                     return;
                 }
+                let idle_for = if w.ledger.closed {
+                    CLOSED_EXIT
+                } else {
+                    IDLE_EXIT
+                };
                 let give_up_task = tokio::select! {
                     _ = wake.notified() => false,
                     _ = settings_rx.changed() => false,
                     _ = w.shared.slot_wanted.notified() => true,
-                    _ = tokio::time::sleep(IDLE_EXIT) => true,
+                    _ = tokio::time::sleep(idle_for) => true,
                 };
                 if give_up_task && may_yield(&w) && w.shared.retire(&w.session, w.ledger.acked_lsn)
                 {
