@@ -203,8 +203,25 @@ impl RelayConfig {
         if !self.prefix.is_empty() {
             return self.prefix.clone();
         }
-        host_name().unwrap_or_else(|| "dstream".into())
+        // A host name is nearly always a valid segment; anything else becomes `-`.
+        host_name()
+            .map(|h| {
+                h.chars()
+                    .map(|c| if is_segment_char(c) { c } else { '-' })
+                    .collect::<String>()
+            })
+            .filter(|h| is_path_segment(h))
+            .unwrap_or_else(|| "dstream".into())
     }
+}
+
+fn is_segment_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_')
+}
+
+/// One URL path segment that needs no escaping and is not `.` or `..`.
+fn is_path_segment(s: &str) -> bool {
+    !s.is_empty() && s != "." && s != ".." && s.chars().all(is_segment_char)
 }
 
 /// This machine's host name, where the OS reports one.
@@ -450,9 +467,15 @@ impl Config {
                     format!("must start with http:// or https://, not {url:?}"),
                 );
             }
+            if let Err(e) = reqwest::Url::parse(url) {
+                return bad("url", format!("{url:?} is not a URL: {e}"));
+            }
         }
-        if r.prefix.contains(['/', '?', '#']) || r.prefix == "." || r.prefix == ".." {
-            return bad("prefix", "must be one path segment".into());
+        if !r.prefix.is_empty() && !is_path_segment(&r.prefix) {
+            return bad(
+                "prefix",
+                "must be one path segment of letters, digits, '.', '-' or '_'".into(),
+            );
         }
         if r.batch_max_events == 0 {
             return bad("batch_max_events", "must be at least 1".into());
@@ -534,5 +557,32 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("read.default_limit"), "{e}");
+    }
+
+    #[test]
+    fn relay_settings_are_checked_where_they_are_written() {
+        let err = |text: &str| {
+            Config::from_toml_str(text, Path::new("c.toml"))
+                .unwrap_err()
+                .to_string()
+        };
+        let e = err("[relay]\nurl = \"ftp://x/y\"\n");
+        assert!(e.contains("relay.url") && e.contains("http://"), "{e}");
+        let e = err("[relay]\nurl = \"http://exa mple/v1\"\n");
+        assert!(e.contains("relay.url") && e.contains("not a URL"), "{e}");
+        let e = err("[relay]\nprefix = \"my laptop\"\n");
+        assert!(e.contains("relay.prefix"), "{e}");
+        let e = err("[relay]\nprefix = \"..\"\n");
+        assert!(e.contains("relay.prefix"), "{e}");
+        let c = Config::from_toml_str(
+            "[relay]\nurl = \"https://s.example/v1/stream\"\nprefix = \"lap-top_1.home\"\n",
+            Path::new("c.toml"),
+        )
+        .unwrap();
+        assert!(c.relay.enabled());
+        assert_eq!(c.relay.prefix(), "lap-top_1.home");
+        // The default prefix, the host name, is always a usable segment.
+        let p = Config::default().relay.prefix();
+        assert!(is_path_segment(&p), "{p:?}");
     }
 }
