@@ -112,6 +112,23 @@ fn relay_round_trip(kind: ServerKind) {
         assert_remote_equals_local(&d, &server.base_url(), "b"),
         "the ended session's stream is closed"
     );
+    // What a person sees: one line per session with its LSNs, lag and state.
+    let out = Command::new(daemon_bin())
+        .args(["relay", "status", "--socket"])
+        .arg(d.socket())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&server.base_url()), "{text}");
+    let line = |s: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(s))
+            .unwrap_or_else(|| panic!("no line for {s} in:\n{text}"))
+            .to_string()
+    };
+    assert!(line("a").contains("live"), "{text}");
+    assert!(line("b").contains("closed"), "{text}");
     let stats = c.ok("stats", json!({}));
     assert_eq!(stats["relay"]["events_sent"], 41, "{stats}");
     assert_eq!(stats["relay"]["lag_events"], 0);
