@@ -63,7 +63,61 @@ pub fn daemon_bin() -> PathBuf {
          (or set DSTREAM_BIN to its path)",
         bin.display()
     );
+    static FRESH: std::sync::Once = std::sync::Once::new();
+    FRESH.call_once(|| assert_not_stale(&bin));
     bin
+}
+
+/// `cargo test -p dstream-tests` does not rebuild the `dstream` binary (only `cargo test
+/// --workspace` does): a binary older than the daemon's sources would test old code and pass
+/// or fail for the wrong reason. Say so instead.
+fn assert_not_stale(bin: &Path) {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let built = fs::metadata(bin).and_then(|m| m.modified()).ok();
+    let mut newest: Option<(std::time::SystemTime, PathBuf)> = None;
+    // What the binary is built from: the two crates' sources and the files it embeds.
+    let mut stack: Vec<PathBuf> = [
+        "daemon/src",
+        "sdk/src",
+        "config.toml",
+        "scripts/opencode/dstream.js",
+    ]
+    .iter()
+    .map(|p| repo.join(p))
+    .collect();
+    stack.extend(
+        fs::read_dir(repo.join("plugins"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "lua")),
+    );
+    while let Some(p) = stack.pop() {
+        let Ok(meta) = fs::metadata(&p) else { continue };
+        if meta.is_dir() {
+            stack.extend(
+                fs::read_dir(&p)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .map(|e| e.path()),
+            );
+        } else if let Ok(t) = meta.modified()
+            && newest.as_ref().is_none_or(|(n, _)| t > *n)
+        {
+            newest = Some((t, p));
+        }
+    }
+    if let (Some(built), Some((changed, file))) = (built, newest) {
+        assert!(
+            changed <= built,
+            "{} is older than {}: run `cargo build -p dstream-daemon` (or `cargo test \
+             --workspace`, which builds it) so the tests run the code you changed",
+            bin.display(),
+            file.display()
+        );
+    }
 }
 
 /// A Claude Code `PreToolUse` hook event for a Bash `command`, as the agent sends it.
