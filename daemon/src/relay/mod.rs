@@ -283,12 +283,7 @@ impl Relay {
         let settings = self.shared.settings.borrow().clone();
         let now = Instant::now();
         let now_ms = crate::checkpoint::now_ms();
-        let mut streams: Vec<RelayStreamStatus> = {
-            let map = self.shared.streams.lock().unwrap();
-            map.iter()
-                .map(|(session, e)| stream_status(session, &e.status, now_ms))
-                .collect()
-        };
+        let mut streams = self.snapshot(now_ms);
         streams.sort_by_key(|s| std::cmp::Reverse(s.local_lsn.saturating_sub(s.acked_lsn)));
         if settings.remote.is_some() {
             // Sessions the relay has not touched since it started: from their ledgers.
@@ -343,14 +338,15 @@ impl Relay {
 
     /// The totals for `stats`.
     pub fn totals(&self) -> RelayTotals {
-        let streams: Vec<RelayStreamStatus> = {
-            let now_ms = crate::checkpoint::now_ms();
-            let map = self.shared.streams.lock().unwrap();
-            map.iter()
-                .map(|(session, e)| stream_status(session, &e.status, now_ms))
-                .collect()
-        };
-        self.totals_with(&streams)
+        self.totals_with(&self.snapshot(crate::checkpoint::now_ms()))
+    }
+
+    /// The streams the relay holds in memory, as `relay status` shows them.
+    fn snapshot(&self, now_ms: u64) -> Vec<RelayStreamStatus> {
+        let map = self.shared.streams.lock().unwrap();
+        map.iter()
+            .map(|(session, e)| stream_status(session, &e.status, now_ms))
+            .collect()
     }
 
     fn totals_with(&self, streams: &[RelayStreamStatus]) -> RelayTotals {
@@ -441,11 +437,9 @@ impl Shared {
 
     /// A session committed `lsn`: make sure its stream runs.
     fn committed(self: &Arc<Self>, session: &Arc<str>, lsn: u64) {
-        let pattern_ok = relayable(&self.settings().config.sessions, session);
-        if !pattern_ok {
-            return;
+        if relayable(&self.settings().config.sessions, session) {
+            self.ensure_running(session.clone(), lsn, None);
         }
-        self.ensure_running(session.clone(), lsn, None);
     }
 
     /// Makes sure `session`'s stream has a task (or waits for one): wakes it if it runs,

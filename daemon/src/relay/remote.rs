@@ -130,39 +130,22 @@ impl Remote {
 
     /// `PUT` a JSON stream: created, or already there with the same configuration.
     pub async fn create(&self, url: &str) -> CreateOutcome {
-        if let Some(reason) = self.refused() {
-            return CreateOutcome::Fatal { reason };
-        }
-        let sent = self
+        let req = self
             .request(reqwest::Method::PUT, url)
             .header("content-type", JSON)
-            .timeout(REQUEST_TIMEOUT)
-            .send()
-            .await;
-        let resp = match sent {
+            .timeout(REQUEST_TIMEOUT);
+        let resp = match self.send(req).await {
             Ok(r) => r,
-            Err(e) => {
-                return CreateOutcome::Retry {
-                    reason: network_reason(&e),
-                    after: None,
-                };
-            }
+            Err(t) => return t.into(),
         };
-        let status = resp.status();
-        match status {
+        match resp.status() {
             StatusCode::CREATED => CreateOutcome::Created,
             StatusCode::OK | StatusCode::NO_CONTENT => CreateOutcome::Existed,
-            StatusCode::UNAUTHORIZED => {
-                let reason = describe(status, resp).await;
-                self.refuse(&reason);
-                CreateOutcome::Fatal { reason }
-            }
-            s if retryable(s) => CreateOutcome::Retry {
-                after: retry_after(resp.headers()),
-                reason: describe(s, resp).await,
-            },
-            s => CreateOutcome::Fatal {
-                reason: format!("creating {url}: {}", describe(s, resp).await),
+            _ => match self.trouble(resp).await {
+                Trouble::Fatal { reason } => CreateOutcome::Fatal {
+                    reason: format!("creating {url}: {reason}"),
+                },
+                t => t.into(),
             },
         }
     }
@@ -177,9 +160,6 @@ impl Remote {
         body: bytes::Bytes,
         close: bool,
     ) -> PostOutcome {
-        if let Some(reason) = self.refused() {
-            return PostOutcome::Fatal { reason };
-        }
         let mut req = self
             .request(reqwest::Method::POST, url)
             .header("producer-id", &self.producer_id)
@@ -192,14 +172,9 @@ impl Remote {
         if close {
             req = req.header("stream-closed", "true");
         }
-        let resp = match req.body(body).send().await {
+        let resp = match self.send(req.body(body)).await {
             Ok(r) => r,
-            Err(e) => {
-                return PostOutcome::Retry {
-                    reason: network_reason(&e),
-                    after: None,
-                };
-            }
+            Err(t) => return t.into(),
         };
         let status = resp.status();
         let headers = resp.headers();
@@ -209,68 +184,37 @@ impl Remote {
         let server_epoch = header_u64(headers, "producer-epoch");
         let expected = header_u64(headers, "producer-expected-seq");
         let received = header_u64(headers, "producer-received-seq");
-        match status {
-            StatusCode::OK | StatusCode::NO_CONTENT => PostOutcome::Stored { next_offset },
-            StatusCode::FORBIDDEN => match server_epoch {
-                Some(server_epoch) => PostOutcome::Fenced { server_epoch },
-                None => PostOutcome::Fatal {
-                    reason: describe(status, resp).await,
-                },
+        match (status, server_epoch, expected) {
+            (StatusCode::OK | StatusCode::NO_CONTENT, ..) => PostOutcome::Stored { next_offset },
+            (StatusCode::FORBIDDEN, Some(server_epoch), _) => PostOutcome::Fenced { server_epoch },
+            (StatusCode::CONFLICT, ..) if closed => PostOutcome::Closed,
+            (StatusCode::CONFLICT, _, Some(expected)) => PostOutcome::SequenceGap {
+                expected,
+                received: received.unwrap_or(seq),
             },
-            StatusCode::CONFLICT if closed => PostOutcome::Closed,
-            StatusCode::CONFLICT => match expected {
-                Some(expected) => PostOutcome::SequenceGap {
-                    expected,
-                    received: received.unwrap_or(seq),
-                },
-                None => PostOutcome::Fatal {
-                    reason: describe(status, resp).await,
-                },
-            },
-            StatusCode::NOT_FOUND | StatusCode::GONE => PostOutcome::NotFound,
-            StatusCode::UNAUTHORIZED => {
-                let reason = describe(status, resp).await;
-                self.refuse(&reason);
-                PostOutcome::Fatal { reason }
-            }
-            s if retryable(s) => PostOutcome::Retry {
-                after: retry_after(resp.headers()),
-                reason: describe(s, resp).await,
-            },
-            s => PostOutcome::Fatal {
-                reason: describe(s, resp).await,
-            },
+            (StatusCode::NOT_FOUND | StatusCode::GONE, ..) => PostOutcome::NotFound,
+            _ => self.trouble(resp).await.into(),
         }
     }
 
     /// `GET` from `offset` ("-1" is the beginning); with `live`, waits for new messages
     /// (long-poll) when there are none.
     pub async fn read(&self, url: &str, offset: &str, live: bool) -> ReadOutcome {
-        if let Some(reason) = self.refused() {
-            return ReadOutcome::Fatal { reason };
-        }
         let mut query = vec![("offset", offset)];
         if live {
             query.push(("live", "long-poll"));
         }
-        let sent = self
+        let req = self
             .request(reqwest::Method::GET, url)
             .query(&query)
             .timeout(if live {
                 LIVE_READ_TIMEOUT
             } else {
                 REQUEST_TIMEOUT
-            })
-            .send()
-            .await;
-        let resp = match sent {
+            });
+        let resp = match self.send(req).await {
             Ok(r) => r,
-            Err(e) => {
-                return ReadOutcome::Retry {
-                    reason: network_reason(&e),
-                    after: None,
-                };
-            }
+            Err(t) => return t.into(),
         };
         let status = resp.status();
         let next_offset = header(resp.headers(), "stream-next-offset").map(str::to_string);
@@ -313,21 +257,63 @@ impl Remote {
                 up_to_date: true,
             },
             StatusCode::NOT_FOUND | StatusCode::GONE => ReadOutcome::NotFound,
-            StatusCode::UNAUTHORIZED => {
-                let reason = describe(status, resp).await;
-                self.refuse(&reason);
-                ReadOutcome::Fatal { reason }
-            }
-            s if retryable(s) => ReadOutcome::Retry {
-                after: retry_after(resp.headers()),
-                reason: describe(s, resp).await,
-            },
-            s => ReadOutcome::Fatal {
-                reason: describe(s, resp).await,
-            },
+            _ => self.trouble(resp).await.into(),
+        }
+    }
+
+    /// Sends `req`, unless the server refused the credentials already; a network error is
+    /// worth a retry.
+    async fn send(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response, Trouble> {
+        if let Some(reason) = self.refused() {
+            return Err(Trouble::Fatal { reason });
+        }
+        req.send().await.map_err(|e| Trouble::Retry {
+            reason: network_reason(&e),
+            after: None,
+        })
+    }
+
+    /// An answer the request itself does not expect: 401 stops the whole relay, 408, 429 and
+    /// 5xx are worth a retry, anything else stops this stream.
+    async fn trouble(&self, resp: reqwest::Response) -> Trouble {
+        let status = resp.status();
+        let after = retry_after(resp.headers());
+        let reason = describe(status, resp).await;
+        if status == StatusCode::UNAUTHORIZED {
+            self.refuse(&reason);
+            Trouble::Fatal { reason }
+        } else if retryable(status) {
+            Trouble::Retry { reason, after }
+        } else {
+            Trouble::Fatal { reason }
         }
     }
 }
+
+/// What every request shares among its outcomes.
+enum Trouble {
+    Retry {
+        reason: String,
+        after: Option<Duration>,
+    },
+    Fatal {
+        reason: String,
+    },
+}
+
+macro_rules! from_trouble {
+    ($($outcome:ident),*) => {$(
+        impl From<Trouble> for $outcome {
+            fn from(t: Trouble) -> $outcome {
+                match t {
+                    Trouble::Retry { reason, after } => $outcome::Retry { reason, after },
+                    Trouble::Fatal { reason } => $outcome::Fatal { reason },
+                }
+            }
+        }
+    )*};
+}
+from_trouble!(CreateOutcome, PostOutcome, ReadOutcome);
 
 fn retryable(s: StatusCode) -> bool {
     s == StatusCode::REQUEST_TIMEOUT || s == StatusCode::TOO_MANY_REQUESTS || s.is_server_error()

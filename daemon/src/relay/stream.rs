@@ -13,6 +13,7 @@
 //!   used before, even one whose ledger is gone.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -480,11 +481,9 @@ impl Worker {
         self.fences = 0;
         self.backoff = Duration::from_millis(self.settings.config.retry_min_ms);
         let t = &self.shared.totals;
-        t.events_sent
-            .fetch_add(events, std::sync::atomic::Ordering::Relaxed);
-        t.bytes_sent
-            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
-        t.batches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        t.events_sent.fetch_add(events, Relaxed);
+        t.bytes_sent.fetch_add(bytes, Relaxed);
+        t.batches.fetch_add(1, Relaxed);
         self.set_state(if f.close { State::Closed } else { State::Live });
     }
 
@@ -569,10 +568,7 @@ impl Worker {
         let until_ms = crate::checkpoint::now_ms() + delay.as_millis() as u64;
         tracing::debug!(session = %self.session, %reason, delay_ms = delay.as_millis() as u64, "relay: backing off");
         self.set_state(State::BackingOff { until_ms, reason });
-        self.shared
-            .totals
-            .retries
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.shared.totals.retries.fetch_add(1, Relaxed);
         tokio::time::sleep(delay).await;
         Step::Continue
     }
