@@ -39,6 +39,7 @@ pub mod server;
 pub mod state;
 pub mod store;
 mod subscription;
+pub mod vfs;
 pub mod watch;
 
 pub use config::Config;
