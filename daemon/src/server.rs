@@ -86,6 +86,13 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
             } => {
                 tracing::error!(%session, %reason, offset, "quarantined a corrupt log; `dstream repair` moves the damage aside")
             }
+            RecoveryNote::UnsyncedLoss {
+                session,
+                first_lsn,
+                last_lsn,
+            } => {
+                tracing::warn!(%session, first_lsn, last_lsn, "resumed above lsns that may have been acknowledged before a power failure and not synced")
+            }
         }
     }
     let listener = listen(&socket)?;

@@ -36,6 +36,9 @@ const CLOSED_EXIT: Duration = Duration::from_secs(5);
 const SESSION_ENDED: &[u8] = b"\"type\":\"lifecycle.session.ended\"";
 
 /// What one step came to.
+/// How often a stream looks again for events committed but not yet synced.
+const SYNC_POLL: Duration = Duration::from_millis(5);
+
 enum Step {
     Continue,
     /// Nothing to send.
@@ -207,11 +210,22 @@ impl Worker {
         });
     }
 
+    /// The last LSN that may leave the machine: synced, so a power failure cannot take back
+    /// an event a remote reader already holds (under `fsync = "interval"` this trails the
+    /// committed LSN by up to an interval).
     fn committed_lsn(&self) -> u64 {
         self.shared
             .store
             .get(&self.session)
-            .map_or(0, |s| s.committed_lsn())
+            .map_or(0, |s| s.durable_lsn())
+    }
+
+    /// Committed locally but not yet synced: wait for the background sync, not for a wake.
+    fn awaiting_sync(&self) -> bool {
+        self.shared
+            .store
+            .get(&self.session)
+            .is_some_and(|s| s.durable_lsn() < s.committed_lsn())
     }
 
     async fn step(&mut self) -> Step {
@@ -238,6 +252,10 @@ impl Worker {
         }
         if acked < committed {
             return self.next_batch(committed).await;
+        }
+        if self.awaiting_sync() {
+            tokio::time::sleep(SYNC_POLL).await;
+            return Step::Continue;
         }
         if self.settings.config.close_on_session_end && self.end_checked != acked {
             self.end_checked = acked;

@@ -13,7 +13,6 @@
 //! is durable (`committed_lsn` moves after the sync).
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -32,6 +31,7 @@ use super::wal::Wal;
 use super::{AppendAck, NewEventRaw, StoreError, StoreSettings, StoreStats};
 use crate::config::FsyncPolicy;
 use crate::hub::{Committed, Hub};
+use crate::vfs::{Open, Vfs};
 
 /// Most events committed in one batch.
 const MAX_BATCH_EVENTS: usize = 4096;
@@ -78,6 +78,12 @@ pub(crate) struct Append {
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum CommitMsg {
     Append(Append),
+    /// Appends committed together, in one batch.
+    Appends(Vec<Append>),
+    /// Sync the write-ahead log now, then answer.
+    Flush {
+        done: tokio::sync::oneshot::Sender<Result<(), StoreError>>,
+    },
     /// Checkpoint and stop; `done` is dropped once every log is synced.
     Shutdown {
         done: tokio::sync::oneshot::Sender<()>,
@@ -104,6 +110,11 @@ pub(crate) struct WriterState {
     failed: Option<String>,
     /// Lineage of the session, fixed by its first event.
     stream_id: Option<String>,
+    /// The highest LSN covered by a lease record in this WAL epoch (0: none), the highest
+    /// covered by a synced one, and the size of the last lease (see [`Committer::lease`]).
+    lease: u64,
+    lease_synced: u64,
+    lease_step: u64,
 }
 
 impl WriterState {
@@ -121,11 +132,20 @@ impl WriterState {
             ids: ulid::Generator::new(),
             failed: None,
             stream_id,
+            lease: 0,
+            lease_synced: 0,
+            lease_step: 0,
         }
     }
 }
 
+/// The first lease of a session in a WAL epoch covers this many LSNs; each renewal doubles
+/// it up to [`LEASE_MAX`], so a busy session renews rarely and an idle one risks a small gap.
+const LEASE_MIN: u64 = 64;
+const LEASE_MAX: u64 = 1 << 16;
+
 pub(crate) struct Committer {
+    pub vfs: Arc<dyn Vfs>,
     pub wal: Wal,
     pub settings: StoreSettings,
     pub stats: Arc<StoreStats>,
@@ -138,6 +158,17 @@ pub(crate) struct Committer {
     last_sync: Instant,
     /// Set when the WAL can no longer be trusted: every append is refused from then on.
     failed: Option<String>,
+    /// Sessions whose lease record is written but not synced.
+    leases_unsynced: Vec<Arc<Session>>,
+    /// Sessions with acknowledged events the next WAL sync makes durable, and the last LSN.
+    awaiting_sync: Vec<(Arc<Session>, u64)>,
+}
+
+struct LeaseDecision {
+    /// The new lease written to the WAL (its last LSN and size), if one was.
+    renewed: Option<(u64, u64)>,
+    /// The batch goes past the synced lease: it must be synced before it is acknowledged.
+    needs_sync: bool,
 }
 
 /// One session's share of a batch.
@@ -160,6 +191,7 @@ struct Written {
 
 impl Committer {
     pub(crate) fn new(
+        vfs: Arc<dyn Vfs>,
         wal: Wal,
         settings: StoreSettings,
         stats: Arc<StoreStats>,
@@ -167,6 +199,7 @@ impl Committer {
         hub: Arc<Hub>,
     ) -> Self {
         Committer {
+            vfs,
             wal,
             settings,
             stats,
@@ -176,6 +209,8 @@ impl Committer {
             unsynced: false,
             last_sync: Instant::now(),
             failed: None,
+            leases_unsynced: Vec::new(),
+            awaiting_sync: Vec::new(),
         }
     }
 
@@ -201,29 +236,48 @@ impl Committer {
                 }
             };
             let mut shutdown = None;
-            match first {
-                CommitMsg::Shutdown { done } => shutdown = Some(done),
-                CommitMsg::Append(a) => batch.push(a),
-            }
+            let mut flushes = Vec::new();
             let mut bytes = 0;
-            while shutdown.is_none() && batch.len() < MAX_BATCH_EVENTS && bytes < MAX_BATCH_BYTES {
-                match rx.try_recv() {
-                    Ok(CommitMsg::Append(a)) => {
+            let mut next = Some(first);
+            while let Some(msg) = next.take() {
+                match msg {
+                    CommitMsg::Append(a) => {
                         bytes += approx_len(&a.event);
                         batch.push(a);
                     }
-                    Ok(CommitMsg::Shutdown { done }) => shutdown = Some(done),
-                    Err(_) => break,
+                    CommitMsg::Appends(all) => {
+                        bytes += all.iter().map(|a| approx_len(&a.event)).sum::<usize>();
+                        batch.extend(all);
+                    }
+                    CommitMsg::Flush { done } => flushes.push(done),
+                    CommitMsg::Shutdown { done } => shutdown = Some(done),
+                }
+                if shutdown.is_none()
+                    && flushes.is_empty()
+                    && batch.len() < MAX_BATCH_EVENTS
+                    && bytes < MAX_BATCH_BYTES
+                {
+                    next = rx.try_recv().ok();
                 }
             }
             if !batch.is_empty() {
                 self.commit(std::mem::take(&mut batch));
             }
-            if self.unsynced
-                && self.settings.fsync == FsyncPolicy::Interval
-                && self.last_sync.elapsed() >= period
+            if !flushes.is_empty()
+                || (self.unsynced
+                    && self.settings.fsync == FsyncPolicy::Interval
+                    && self.last_sync.elapsed() >= period)
             {
                 self.sync_wal();
+            }
+            for done in flushes {
+                let result = match &self.failed {
+                    None => Ok(()),
+                    Some(reason) => Err(StoreError::Failed {
+                        reason: reason.clone(),
+                    }),
+                };
+                let _ = done.send(result);
             }
             if let Some(done) = shutdown {
                 self.checkpoint();
@@ -242,10 +296,22 @@ impl Committer {
         match self.wal.sync() {
             Ok(()) => {
                 self.stats.fsyncs.fetch_add(1, Relaxed);
-                self.unsynced = false;
-                self.last_sync = Instant::now();
+                self.synced();
             }
             Err(e) => self.fail(format!("syncing the write-ahead log failed: {e}")),
+        }
+    }
+
+    /// Everything written to the WAL so far is durable: so are the leases and events in it.
+    fn synced(&mut self) {
+        self.unsynced = false;
+        self.last_sync = Instant::now();
+        for session in self.leases_unsynced.drain(..) {
+            let mut state = session.writer.lock().unwrap();
+            state.lease_synced = state.lease;
+        }
+        for (session, lsn) in self.awaiting_sync.drain(..) {
+            session.set_durable(lsn);
         }
     }
 
@@ -261,30 +327,35 @@ impl Committer {
         if self.failed.is_some() {
             return;
         }
-        for session in self.dirty.values() {
-            save_index(session);
+        // Under every policy, `never` included: the WAL's records (and the leases that keep
+        // LSNs from being handed out twice) are about to be overwritten.
+        if let Some(reason) = sync_logs(self.dirty.values().collect()) {
+            self.fail(reason);
+            return;
         }
-        if self.settings.fsync != FsyncPolicy::Never {
-            if let Some(reason) = sync_logs(self.dirty.values().collect()) {
-                self.fail(reason);
-                return;
-            }
-            // New logs are durable only once their directory entries are.
-            if let Err(e) = super::fsutil::sync_dir(&self.sessions_dir) {
-                self.fail(format!("syncing the sessions directory failed: {e}"));
-                return;
-            }
-            if !self.dirty.is_empty() {
-                self.stats
-                    .fsyncs
-                    .fetch_add(self.dirty.len() as u64, Relaxed);
-            }
+        // New logs are durable only once their directory entries are.
+        if let Err(e) = self.vfs.sync_dir(&self.sessions_dir) {
+            self.fail(format!("syncing the sessions directory failed: {e}"));
+            return;
+        }
+        if !self.dirty.is_empty() {
+            self.stats
+                .fsyncs
+                .fetch_add(self.dirty.len() as u64, Relaxed);
+        }
+        // Whatever the WAL held is in the synced logs now.
+        self.synced();
+        for session in self.dirty.values() {
+            // After the logs are synced: an index entry never points past what a crash keeps.
+            save_index(&*self.vfs, session);
+            // Leases live in the WAL epoch; the next append in the new one takes a new lease.
+            let mut state = session.writer.lock().unwrap();
+            (state.lease, state.lease_synced, state.lease_step) = (0, 0, 0);
         }
         self.dirty.clear();
         if let Err(e) = self.wal.reset() {
             self.fail(format!("restarting the write-ahead log failed: {e}"));
         }
-        self.unsynced = false;
     }
 
     fn commit(&mut self, batch: Vec<Append>) {
@@ -312,25 +383,55 @@ impl Committer {
             });
             groups[i].appends.push((a.event, a.id, a.ack));
         }
-        let mut written = Vec::with_capacity(groups.len());
-        let mut wal_buf = Vec::new();
-        for group in groups {
-            if let Some(w) = self.write_group(group) {
-                for &(_, _, start, body_len) in &w.lines {
-                    // The whole sealed line: body, crc trailer and newline.
-                    let end = start + body_len + record::CRC_TRAILER_LEN;
-                    self.wal
-                        .encode(&w.session.id, &w.buf[start..=end], &mut wal_buf);
-                }
-                written.push(w);
-            }
-        }
+        let written: Vec<Written> = groups
+            .into_iter()
+            .filter_map(|group| self.write_group(group))
+            .collect();
         if written.is_empty() {
             return;
         }
-        if !self.wal.fits(wal_buf.len()) {
+        // The records are encoded only after the checkpoint that may start a new epoch: their
+        // crc covers the epoch they are written under, or replay would stop at the first one.
+        let leasing = self.settings.fsync != FsyncPolicy::Always;
+        let wal_len: usize = written
+            .iter()
+            .map(|w| {
+                let lease = if leasing {
+                    Wal::encoded_len(&w.session.id, 0)
+                } else {
+                    0
+                };
+                let lines: usize = w
+                    .lines
+                    .iter()
+                    .map(|&(_, _, _, body_len)| {
+                        Wal::encoded_len(&w.session.id, body_len + record::CRC_TRAILER_LEN + 1)
+                    })
+                    .sum();
+                lines + lease
+            })
+            .sum();
+        if !self.wal.fits(wal_len) {
             self.checkpoint();
         }
+        let mut wal_buf = Vec::with_capacity(wal_len);
+        let mut leases = Vec::new();
+        for w in &written {
+            for &(_, _, start, body_len) in &w.lines {
+                // The whole sealed line: body, crc trailer and newline, and where it starts.
+                let end = start + body_len + record::CRC_TRAILER_LEN;
+                let offset = w.old_len + start as u64;
+                self.wal
+                    .encode_line(&w.session.id, offset, &w.buf[start..=end], &mut wal_buf);
+            }
+            if leasing && let Some(lease) = self.lease(w, &mut wal_buf) {
+                must_sync |= lease.needs_sync;
+                if let Some(renewed) = lease.renewed {
+                    leases.push((w.session.clone(), renewed));
+                }
+            }
+        }
+        debug_assert!(wal_buf.len() <= wal_len);
         let outcome = if self.failed.is_some() {
             Err(io::Error::other("the store failed"))
         } else if wal_buf.len() > self.wal.room() {
@@ -351,16 +452,50 @@ impl Committer {
             }
             return;
         }
+        for (session, (upto, step)) in leases {
+            let mut state = session.writer.lock().unwrap();
+            (state.lease, state.lease_step) = (upto, step);
+            drop(state);
+            self.leases_unsynced.push(session);
+        }
         if must_sync {
             self.stats.fsyncs.fetch_add(1, Relaxed);
-            self.unsynced = false;
-            self.last_sync = Instant::now();
+            self.synced();
         } else {
             self.unsynced = true;
+        }
+        for w in &written {
+            let last = w.lines.last().map_or(0, |l| l.0);
+            if must_sync {
+                w.session.set_durable(last);
+            } else {
+                self.awaiting_sync.push((w.session.clone(), last));
+            }
         }
         for w in written {
             self.finish(w);
         }
+    }
+
+    /// Under `interval` and `never`, an event is acknowledged before it is synced, so a power
+    /// loss may take it; its LSN must then never be handed out again. Before acknowledging LSN
+    /// `n`, a session holds a synced lease on it: a WAL record saying "up to `m >= n`". After a
+    /// crash, recovery resumes each session above its lease and records the gap. Renewed (in
+    /// this batch's WAL write, synced by the next interval) when half of it is used; the batch
+    /// syncs at once only when it would go past the synced lease.
+    fn lease(&self, w: &Written, wal_buf: &mut Vec<u8>) -> Option<LeaseDecision> {
+        let last = w.lines.last()?.0;
+        let state = w.session.writer.lock().unwrap();
+        let renewed = (last + state.lease_step / 2 > state.lease).then(|| {
+            let step = (state.lease_step * 2).clamp(LEASE_MIN, LEASE_MAX);
+            let upto = last + step;
+            self.wal.encode_lease(&w.session.id, upto, wal_buf);
+            (upto, step)
+        });
+        Some(LeaseDecision {
+            renewed,
+            needs_sync: last > state.lease_synced,
+        })
     }
 
     /// Serializes a group and appends it to its log (not synced). `None` when it failed (the
@@ -449,8 +584,9 @@ impl Committer {
                 return None;
             }
         };
-        let mut f: &File = &file;
-        if let Err(e) = io::Write::write_all(&mut f, &buf) {
+        // At the length the commit thread knows, not at the file's end: bytes a failed write
+        // left behind are overwritten rather than built upon.
+        if let Err(e) = file.write_at(&buf, old_len) {
             tracing::error!(session = %session.id, error = %e, "append failed; cutting the log back");
             if let Err(e2) = file.set_len(old_len) {
                 state.failed = Some(format!(
@@ -562,17 +698,15 @@ impl Committer {
 
 /// Appends a session's unsaved index entries to its `.idx` file. The file is a cache: a
 /// failure costs a longer scan at the next start, nothing more.
-fn save_index(session: &Session) {
+fn save_index(vfs: &dyn Vfs, session: &Session) {
     let entries = std::mem::take(&mut session.writer.lock().unwrap().unsaved_index);
     if entries.is_empty() {
         return;
     }
     let bytes: Vec<u8> = entries.iter().flat_map(|e| e.to_bytes()).collect();
-    let appended = super::fsutil::private_file()
-        .create(true)
-        .append(true)
-        .open(session.path.with_extension("idx"))
-        .and_then(|mut f| io::Write::write_all(&mut f, &bytes));
+    let appended = vfs
+        .open(&session.path.with_extension("idx"), Open::Create)
+        .and_then(|f| f.append(&bytes));
     if let Err(e) = appended {
         tracing::warn!(session = %session.id, error = %e, "could not extend the index file");
     }
@@ -587,7 +721,7 @@ const CHECKPOINT_THREADS: usize = 8;
 fn sync_logs(sessions: Vec<&Arc<Session>>) -> Option<String> {
     let sync = |chunk: &[&Arc<Session>]| {
         chunk.iter().find_map(|s| {
-            let synced = s.read_handle().and_then(|f| f.sync_data());
+            let synced = s.read_handle().and_then(|f| f.sync());
             synced
                 .err()
                 .map(|e| format!("syncing the log of {} failed: {e}", s.id))
@@ -628,5 +762,57 @@ fn approx_len(e: &NewEventRaw) -> usize {
 fn fail_all(acks: Vec<Ack>, err: StoreError) {
     for ack in acks {
         ack.send(Err(err.clone()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Store, StoreSettings};
+    use super::*;
+
+    fn event(n: usize) -> NewEventRaw {
+        serde_json::from_value(serde_json::json!({
+            "type": "test.event",
+            "payload": {"n": n, "pad": "x".repeat(200)},
+        }))
+        .unwrap()
+    }
+
+    /// Regression: a batch that did not fit used to be encoded under the old epoch and written
+    /// under the new one, so nothing after a wrap could be replayed after a power loss.
+    #[tokio::test]
+    async fn records_written_after_the_wal_wraps_replay() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = StoreSettings {
+            fsync: FsyncPolicy::Always,
+            fsync_interval_ms: 20,
+            index_interval_bytes: 4096,
+            verify_on_start: true,
+            max_open_files: 16,
+            wal_bytes: 16 << 10,
+        };
+        let (store, _) = Store::open(dir.path(), settings, Hub::new(1 << 20))
+            .await
+            .unwrap();
+        let mut last = 0;
+        for n in 0..200 {
+            last = store.append_wait("s1", event(n), false).await.unwrap().lsn;
+        }
+        // What a power loss leaves to replay: the write-ahead log as it is on disk now.
+        let records = Wal::open(&crate::vfs::OsVfs, &dir.path().join("wal"), 16 << 10)
+            .unwrap()
+            .records;
+        let lsns: Vec<u64> = records
+            .iter()
+            .filter_map(|r| match &r.entry {
+                super::super::wal::WalEntry::Line { line, .. } => record::lsn_of(line),
+                super::super::wal::WalEntry::Lease { .. } => None,
+            })
+            .collect();
+        assert_eq!(lsns.last(), Some(&last), "replayable lsns: {lsns:?}");
+        assert!(
+            lsns.windows(2).all(|w| w[1] == w[0] + 1),
+            "replay is contiguous: {lsns:?}"
+        );
     }
 }

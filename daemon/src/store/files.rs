@@ -5,33 +5,36 @@
 //! need no cursor). An evicted handle closes once the last reader holding it lets go.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::io;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use crate::vfs::{Open, Vfs, VfsFileRef};
+
 pub struct FileCache {
     cap: usize,
+    vfs: Arc<dyn Vfs>,
     inner: Mutex<Lru>,
 }
 
 #[derive(Default)]
 struct Lru {
     tick: u64,
-    open: HashMap<String, (Arc<File>, u64)>,
+    open: HashMap<String, (VfsFileRef, u64)>,
 }
 
 impl FileCache {
-    pub fn new(cap: usize) -> FileCache {
+    pub fn new(cap: usize, vfs: Arc<dyn Vfs>) -> FileCache {
         FileCache {
             cap: cap.max(1),
+            vfs,
             inner: Mutex::new(Lru::default()),
         }
     }
 
     /// The open handle of `session`'s log at `path`, opening it (creating it when `create`)
     /// if needed. Returns whether the file was created by this call.
-    pub fn get(&self, session: &str, path: &Path, create: bool) -> io::Result<(Arc<File>, bool)> {
+    pub fn get(&self, session: &str, path: &Path, create: bool) -> io::Result<(VfsFileRef, bool)> {
         let mut lru = self.inner.lock().unwrap();
         lru.tick += 1;
         let tick = lru.tick;
@@ -39,14 +42,9 @@ impl FileCache {
             *used = tick;
             return Ok((file.clone(), false));
         }
-        let existed = !create || path.exists();
-        let file = Arc::new(
-            super::fsutil::private_file()
-                .read(true)
-                .append(true)
-                .create(create)
-                .open(path)?,
-        );
+        let existed = !create || self.vfs.exists(path);
+        let how = if create { Open::Create } else { Open::Existing };
+        let file = self.vfs.open(path, how)?;
         if lru.open.len() >= self.cap {
             // A linear scan: eviction happens only when a cold session is touched, and the
             // cap is small (hundreds), so this is cheaper than keeping an ordered structure.
@@ -81,7 +79,7 @@ mod tests {
     #[test]
     fn never_holds_more_than_cap_and_reopens_on_demand() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = FileCache::new(3);
+        let cache = FileCache::new(3, crate::vfs::os());
         for i in 0..10 {
             let path = dir.path().join(format!("s{i}.jsonl"));
             let (_, created) = cache.get(&format!("s{i}"), &path, true).unwrap();

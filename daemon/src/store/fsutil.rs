@@ -1,46 +1,11 @@
-//! Small file-system helpers: private files and directories, positional I/O, the data-dir lock.
+//! Small file-system helpers: private files and directories, the data-dir lock.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::path::Path;
 
 use super::StoreError;
-
-/// A positional read that leaves the file's cursor alone, so one handle serves every reader.
-pub fn read_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-    #[cfg(unix)]
-    return std::os::unix::fs::FileExt::read_at(file, buf, offset);
-    #[cfg(windows)]
-    return std::os::windows::fs::FileExt::seek_read(file, buf, offset);
-}
-
-pub fn read_exact_at(file: &File, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
-    while !buf.is_empty() {
-        match read_at(file, buf, offset)? {
-            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
-            n => {
-                buf = &mut buf[n..];
-                offset += n as u64;
-            }
-        }
-    }
-    Ok(())
-}
-
-pub fn write_all_at(file: &File, mut buf: &[u8], mut offset: u64) -> io::Result<()> {
-    while !buf.is_empty() {
-        #[cfg(unix)]
-        let n = std::os::unix::fs::FileExt::write_at(file, buf, offset)?;
-        #[cfg(windows)]
-        let n = std::os::windows::fs::FileExt::seek_write(file, buf, offset)?;
-        if n == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
-        }
-        buf = &buf[n..];
-        offset += n as u64;
-    }
-    Ok(())
-}
+use crate::vfs::{LockError, Vfs, VfsFile, VfsLock};
 
 /// Options for a file only its owner may read: session data is the user's own business.
 pub fn private_file() -> OpenOptions {
@@ -102,43 +67,25 @@ pub fn open_file_limit() -> Option<u64> {
 }
 
 /// Takes the data directory's lock: one daemon per data directory.
-pub fn take_lock(data_dir: &Path) -> Result<File, StoreError> {
-    let path = data_dir.join("LOCK");
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|e| StoreError::io("opening the data directory lock", &e))?;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(fs::TryLockError::WouldBlock) => {
-            let holder = fs::read_to_string(&path)
-                .ok()
-                .map(|p| p.trim().to_string())
-                .filter(|p| !p.is_empty());
-            return Err(StoreError::Locked {
-                path: data_dir.into(),
-                holder: holder.map(|p| format!(" (pid {p})")).unwrap_or_default(),
-            });
-        }
-        Err(fs::TryLockError::Error(e)) => {
-            return Err(StoreError::io("locking the data directory", &e));
-        }
-    }
-    file.set_len(0)
-        .and_then(|()| file.write_all(std::process::id().to_string().as_bytes()))
-        .map_err(|e| StoreError::io("writing the data directory lock", &e))?;
-    Ok(file)
+pub fn take_lock(vfs: &dyn Vfs, data_dir: &Path) -> Result<VfsLock, StoreError> {
+    vfs.lock(data_dir).map_err(|e| match e {
+        LockError::Held(holder) => StoreError::Locked {
+            path: data_dir.into(),
+            holder: holder.map(|p| format!(" (pid {p})")).unwrap_or_default(),
+        },
+        LockError::Io(e) => StoreError::io("locking the data directory", &e),
+    })
 }
 
-/// Copies `len` bytes at `offset` of `file` into a new private file `to`, synced.
-pub fn save_range(file: &File, offset: u64, len: u64, to: &Path) -> io::Result<()> {
+/// Copies `len` bytes at `offset` of `file` into a new file `to`, durably.
+pub fn save_range(
+    vfs: &dyn Vfs,
+    file: &dyn VfsFile,
+    offset: u64,
+    len: u64,
+    to: &Path,
+) -> io::Result<()> {
     let mut bytes = vec![0u8; len as usize];
-    read_exact_at(file, &mut bytes, offset)?;
-    let mut out = private_file().write(true).create_new(true).open(to)?;
-    out.write_all(&bytes)?;
-    out.sync_all()?;
-    sync_dir(to.parent().unwrap_or(Path::new(".")))
+    crate::vfs::read_exact_at(file, &mut bytes, offset)?;
+    vfs.write_new(to, &bytes)
 }

@@ -5,9 +5,10 @@
 //! are listed in `<session>.gaps` (small JSON, written atomically before the log is rewritten),
 //! with the first LSN the session may use next. Any jump not listed is still corruption.
 
-use std::fs;
 use std::io;
 use std::path::Path;
+
+use crate::vfs::Vfs;
 
 use serde::{Deserialize, Serialize};
 
@@ -25,8 +26,8 @@ impl Gaps {
     }
 
     /// Loads `path`; a missing file means no gaps.
-    pub fn load(path: &Path) -> io::Result<Gaps> {
-        match fs::read(path) {
+    pub fn load(vfs: &dyn Vfs, path: &Path) -> io::Result<Gaps> {
+        match vfs.read(path) {
             Ok(bytes) => serde_json::from_slice(&bytes).map_err(io::Error::other),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Gaps::default()),
             Err(e) => Err(e),
@@ -34,8 +35,8 @@ impl Gaps {
     }
 
     /// Writes `path` atomically and durably.
-    pub fn save(&self, path: &Path) -> io::Result<()> {
+    pub fn save(&self, vfs: &dyn Vfs, path: &Path) -> io::Result<()> {
         let bytes = serde_json::to_vec(self).map_err(io::Error::other)?;
-        super::fsutil::write_atomic(path, &bytes)
+        vfs.write_atomic(path, &bytes)
     }
 }

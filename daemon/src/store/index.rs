@@ -5,9 +5,10 @@
 //! pairs. It is a cache: never synced, checked against the log at start, rebuilt when missing
 //! or wrong.
 
-use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use std::path::Path;
+
+use crate::vfs::Vfs;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IndexEntry {
@@ -67,10 +68,9 @@ impl SparseIndex {
     }
 
     /// Loads an index file; entries must be strictly increasing or the file is ignored.
-    pub fn load(path: &Path) -> io::Result<Option<SparseIndex>> {
-        let mut bytes = Vec::new();
-        match File::open(path) {
-            Ok(mut f) => f.read_to_end(&mut bytes)?,
+    pub fn load(vfs: &dyn Vfs, path: &Path) -> io::Result<Option<SparseIndex>> {
+        let bytes = match vfs.read(path) {
+            Ok(bytes) => bytes,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
         };
@@ -133,10 +133,14 @@ mod tests {
             .to_bytes(),
         );
         std::fs::write(&path, &bytes).unwrap();
-        assert_eq!(SparseIndex::load(&path).unwrap(), None);
+        assert_eq!(SparseIndex::load(&crate::vfs::OsVfs, &path).unwrap(), None);
         std::fs::write(&path, &bytes[..40]).unwrap(); // two entries and a torn third
         assert_eq!(
-            SparseIndex::load(&path).unwrap().unwrap().entries().len(),
+            SparseIndex::load(&crate::vfs::OsVfs, &path)
+                .unwrap()
+                .unwrap()
+                .entries()
+                .len(),
             2
         );
     }

@@ -24,6 +24,8 @@ mod fsutil;
 mod gaps;
 pub mod index;
 mod open;
+#[cfg(test)]
+mod power_loss;
 mod reader;
 pub mod record;
 mod recovery;
@@ -32,7 +34,6 @@ mod session;
 mod wal;
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
@@ -48,6 +49,7 @@ pub use repair::RepairReport;
 pub use session::{EventJson, Quarantine, Session, SessionMeta, SessionState};
 
 use crate::config::FsyncPolicy;
+use crate::vfs::{Vfs, VfsLock};
 use commit::{Append, CommitMsg, Committer};
 use files::FileCache;
 use open::open_blocking;
@@ -132,6 +134,13 @@ pub enum RecoveryNote {
         /// Where the good prefix ends.
         offset: u64,
     },
+    /// LSNs that were leased for acknowledgement before a power failure and are not in the
+    /// log: the session resumes above them.
+    UnsyncedLoss {
+        session: String,
+        first_lsn: u64,
+        last_lsn: u64,
+    },
 }
 
 struct Inner {
@@ -144,7 +153,8 @@ struct Inner {
     commit: RwLock<Option<mpsc::Sender<CommitMsg>>>,
     /// One repair at a time.
     repairing: tokio::sync::Mutex<()>,
-    _lock: File,
+    vfs: Arc<dyn Vfs>,
+    _lock: VfsLock,
 }
 
 /// Handle to the store; cheap to clone.
@@ -162,15 +172,28 @@ impl Store {
         settings: StoreSettings,
         hub: Arc<crate::hub::Hub>,
     ) -> Result<(Store, Vec<RecoveryNote>), StoreError> {
+        Store::open_on(crate::vfs::os(), data_dir, settings, hub).await
+    }
+
+    /// [`Store::open`] on the given file system (a simulated one in power-loss tests).
+    pub async fn open_on(
+        vfs: Arc<dyn Vfs>,
+        data_dir: &Path,
+        settings: StoreSettings,
+        hub: Arc<crate::hub::Hub>,
+    ) -> Result<(Store, Vec<RecoveryNote>), StoreError> {
         let dir = data_dir.to_path_buf();
         let s = settings.clone();
-        let (lock, wal, recovered) = tokio::task::spawn_blocking(move || open_blocking(&dir, &s))
-            .await
-            .map_err(|e| StoreError::io("recovery", &io::Error::other(e.to_string())))??;
+        let v = vfs.clone();
+        let (lock, wal, recovered) =
+            tokio::task::spawn_blocking(move || open_blocking(&*v, &dir, &s))
+                .await
+                .map_err(|e| StoreError::io("recovery", &io::Error::other(e.to_string())))??;
         let stats = Arc::new(StoreStats::default());
         let sessions_dir = data_dir.join("sessions");
         let (tx, rx) = mpsc::channel();
         let committer = Committer::new(
+            vfs.clone(),
             wal,
             settings.clone(),
             stats.clone(),
@@ -183,12 +206,16 @@ impl Store {
             .map_err(|e| StoreError::io("starting the commit thread", &e))?;
         let inner = Arc::new(Inner {
             sessions_dir,
-            files: Arc::new(FileCache::new(open_files_cap(settings.max_open_files))),
+            files: Arc::new(FileCache::new(
+                open_files_cap(settings.max_open_files),
+                vfs.clone(),
+            )),
             settings,
             sessions: RwLock::new(HashMap::new()),
             stats,
             commit: RwLock::new(Some(tx)),
             repairing: tokio::sync::Mutex::new(()),
+            vfs,
             _lock: lock,
         });
         let store = Store { inner };
@@ -199,27 +226,49 @@ impl Store {
                 if let Some(note) = r.note {
                     notes.push(note);
                 }
+                if let Some((first_lsn, last_lsn)) = r.lease_gap {
+                    notes.push(RecoveryNote::UnsyncedLoss {
+                        session: r.id.clone(),
+                        first_lsn,
+                        last_lsn,
+                    });
+                }
                 let session = store.new_session(r.id.clone(), r.path, r.state, r.quarantine);
                 sessions.insert(r.id, session);
             }
         }
         for note in &notes {
-            if let RecoveryNote::TornTail {
-                session,
-                reason,
-                cut_bytes,
-                saved_to,
-                last_lsn,
-            } = note
-            {
-                let payload = serde_json::json!({
-                    "reason": "torn_tail", "detail": reason, "truncated_bytes": cut_bytes,
-                    "saved_to": saved_to, "last_good_lsn": last_lsn,
-                });
-                store
-                    .append_wait(session, recovered_event(payload), true)
-                    .await?;
-            }
+            let (session, payload) = match note {
+                RecoveryNote::TornTail {
+                    session,
+                    reason,
+                    cut_bytes,
+                    saved_to,
+                    last_lsn,
+                } => (
+                    session,
+                    serde_json::json!({
+                        "reason": "torn_tail", "detail": reason, "truncated_bytes": cut_bytes,
+                        "saved_to": saved_to, "last_good_lsn": last_lsn,
+                    }),
+                ),
+                RecoveryNote::UnsyncedLoss {
+                    session,
+                    first_lsn,
+                    last_lsn,
+                } => (
+                    session,
+                    serde_json::json!({
+                        "reason": "unsynced_loss",
+                        "detail": "the power failed before these lsns were synced (fsync is not \"always\"); some of them may have been acknowledged and are lost, and none will be used again",
+                        "lost_lsns": [[first_lsn, last_lsn]],
+                    }),
+                ),
+                RecoveryNote::Quarantined { .. } => continue,
+            };
+            store
+                .append_wait(session, recovered_event(payload), true)
+                .await?;
         }
         Ok((store, notes))
     }
@@ -278,6 +327,42 @@ impl Store {
             must_sync,
             ack,
         }));
+    }
+
+    /// Appends several events (to any sessions) in one batch, in order: they become durable
+    /// together, with one write-ahead log write.
+    pub fn append_all(&self, appends: Vec<(String, NewEventRaw, bool, Ack)>) {
+        let appends: Vec<Append> = appends
+            .into_iter()
+            .map(|(session, event, must_sync, ack)| Append {
+                session: self.session(&session),
+                event,
+                id: None,
+                must_sync,
+                ack,
+            })
+            .collect();
+        let commit = self.inner.commit.read().unwrap();
+        match commit.as_ref() {
+            Some(tx) => drop(tx.send(CommitMsg::Appends(appends))),
+            None => {
+                for a in appends {
+                    a.ack.send(Err(StoreError::ShuttingDown));
+                }
+            }
+        }
+    }
+
+    /// Makes every append acknowledged so far durable, whatever the fsync policy.
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        let (done, rx) = tokio::sync::oneshot::channel();
+        {
+            let commit = self.inner.commit.read().unwrap();
+            let tx = commit.as_ref().ok_or(StoreError::ShuttingDown)?;
+            tx.send(CommitMsg::Flush { done })
+                .map_err(|_| StoreError::ShuttingDown)?;
+        }
+        rx.await.unwrap_or(Err(StoreError::ShuttingDown))
     }
 
     /// Appends one event and waits until it is durable.
@@ -400,16 +485,18 @@ impl Store {
         let Some(quarantine) = session.quarantine().cloned() else {
             return Err(StoreError::NotQuarantined(id.into()));
         };
-        let (dir, settings, id_owned) = (
+        let (dir, settings, id_owned, vfs) = (
             self.inner.sessions_dir.clone(),
             self.inner.settings.clone(),
             id.to_string(),
+            self.inner.vfs.clone(),
         );
         let q = quarantine.clone();
-        let (mut report, recovered) =
-            tokio::task::spawn_blocking(move || repair::repair_log(&dir, &id_owned, &q, &settings))
-                .await
-                .map_err(|e| StoreError::io("repair task", &io::Error::other(e.to_string())))??;
+        let (mut report, recovered) = tokio::task::spawn_blocking(move || {
+            repair::repair_log(&*vfs, &dir, &id_owned, &q, &settings)
+        })
+        .await
+        .map_err(|e| StoreError::io("repair task", &io::Error::other(e.to_string())))??;
         // The old handle points at the replaced file.
         self.inner.files.forget(id);
         let fresh = self.new_session(id.into(), recovered.path, recovered.state, None);

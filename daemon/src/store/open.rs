@@ -2,18 +2,18 @@
 //! the write-ahead log holds beyond the logs' ends, and start the write-ahead log over.
 
 use std::collections::HashMap;
-use std::fs::{self, File};
-use std::io::{self, Write as _};
+use std::io;
 use std::path::{Path, PathBuf};
 
-use super::fsutil::{self, create_private_dir, save_range, sync_dir};
+use super::fsutil::{self, save_range};
 use super::gaps::Gaps;
 use super::index::SparseIndex;
 use super::recovery::{self, Damage};
-use super::wal::Wal;
+use super::wal::{Opened, Wal, WalEntry, WalRecord};
 use super::{
-    Quarantine, RecoveryNote, SessionMeta, SessionState, StoreError, StoreSettings, commit, record,
+    Quarantine, RecoveryNote, SessionMeta, SessionState, StoreError, StoreSettings, commit,
 };
+use crate::vfs::{Open, Vfs, VfsFileRef, VfsLock};
 
 /// A session as recovery left it.
 pub(crate) struct Recovered {
@@ -22,23 +22,51 @@ pub(crate) struct Recovered {
     pub state: SessionState,
     pub quarantine: Option<Quarantine>,
     pub note: Option<RecoveryNote>,
+    /// LSNs a lease covered that the log does not hold: never to be used.
+    pub lease_gap: Option<(u64, u64)>,
 }
 
 pub(crate) fn open_blocking(
+    vfs: &dyn Vfs,
     data_dir: &Path,
     settings: &StoreSettings,
-) -> Result<(File, Wal, Vec<Recovered>), StoreError> {
+) -> Result<(VfsLock, Wal, Vec<Recovered>), StoreError> {
     let ctx = |context: &'static str| move |e: io::Error| StoreError::io(context, &e);
-    create_private_dir(data_dir).map_err(ctx("creating the data directory"))?;
-    let lock = fsutil::take_lock(data_dir)?;
+    if !vfs.exists(data_dir) {
+        vfs.create_dir_all(data_dir)
+            .and_then(|()| vfs.sync_dir(crate::vfs::parent(data_dir)))
+            .map_err(ctx("creating the data directory"))?;
+    }
+    let lock = fsutil::take_lock(vfs, data_dir)?;
     let sessions_dir = data_dir.join("sessions");
     let quarantine_dir = data_dir.join("quarantine");
-    create_private_dir(&sessions_dir).map_err(ctx("creating the sessions directory"))?;
-    create_private_dir(&quarantine_dir).map_err(ctx("creating the quarantine directory"))?;
+    for (dir, what) in [
+        (&sessions_dir, "creating the sessions directory"),
+        (&quarantine_dir, "creating the quarantine directory"),
+    ] {
+        if !vfs.exists(dir) {
+            vfs.create_dir_all(dir).map_err(ctx(what))?;
+            // The directory's own entry, so that files synced into it are reachable.
+            vfs.sync_dir(data_dir).map_err(ctx(what))?;
+        }
+    }
+
+    // The WAL first: it puts back every synced record at its place in its log, over whatever
+    // a power failure left there, before the logs are checked.
+    let Opened {
+        mut wal,
+        records,
+        legacy,
+    } = Wal::open(vfs, &data_dir.join("wal"), settings.wal_bytes)
+        .map_err(ctx("opening the write-ahead log"))?;
+    keep_legacy_records(vfs, &quarantine_dir, legacy)?;
+    let leases = replay_wal(vfs, &sessions_dir, records)?;
 
     let mut ids = Vec::new();
-    for entry in fs::read_dir(&sessions_dir).map_err(ctx("listing sessions"))? {
-        let name = entry.map_err(ctx("listing sessions"))?.file_name();
+    for name in vfs
+        .list_dir(&sessions_dir)
+        .map_err(ctx("listing sessions"))?
+    {
         let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".jsonl")) else {
             continue;
         };
@@ -64,7 +92,9 @@ pub(crate) fn open_blocking(
                 scope.spawn(|| {
                     chunk
                         .into_iter()
-                        .map(|id| recover_session(&sessions_dir, &quarantine_dir, id, settings))
+                        .map(|id| {
+                            recover_session(vfs, &sessions_dir, &quarantine_dir, id, settings)
+                        })
                         .collect::<Result<Vec<_>, _>>()
                 })
             })
@@ -76,82 +106,130 @@ pub(crate) fn open_blocking(
         }
         Ok(())
     })?;
-    let (wal, recovered) = replay_wal(data_dir, settings, recovered)?;
+    honour_leases(vfs, &sessions_dir, leases, &mut recovered)?;
+    vfs.sync_dir(&sessions_dir)
+        .map_err(ctx("syncing the sessions directory"))?;
+    wal.reset().map_err(ctx("restarting the write-ahead log"))?;
     Ok((lock, wal, recovered))
 }
 
-/// Puts back into the session logs whatever the write-ahead log holds beyond their ends (the
-/// logs are synced only at checkpoints, so after a power loss the WAL may be ahead), then
-/// starts the WAL over.
+/// Writes every line the write-ahead log holds back at its offset in its session's log (the
+/// logs are synced only at checkpoints, so after a power loss the WAL may be ahead of them,
+/// and their unsynced tails may be torn or hold holes). Returns each session's lease.
 fn replay_wal(
-    data_dir: &Path,
-    settings: &StoreSettings,
-    mut recovered: Vec<Recovered>,
-) -> Result<(Wal, Vec<Recovered>), StoreError> {
+    vfs: &dyn Vfs,
+    sessions_dir: &Path,
+    records: Vec<WalRecord>,
+) -> Result<HashMap<String, u64>, StoreError> {
     let ctx = |context: &'static str| move |e: io::Error| StoreError::io(context, &e);
-    let sessions_dir = data_dir.join("sessions");
-    let quarantine_dir = data_dir.join("quarantine");
-    let (mut wal, records) = Wal::open(&data_dir.join("wal"), settings.wal_bytes)
-        .map_err(ctx("opening the write-ahead log"))?;
-    let mut by_session: HashMap<String, Vec<Vec<u8>>> = HashMap::new();
+    let mut leases: HashMap<String, u64> = HashMap::new();
+    let mut logs: HashMap<String, (VfsFileRef, u64)> = HashMap::new();
     for r in records {
-        by_session.entry(r.session).or_default().push(r.line);
+        if dstream_sdk::validate_session_id(&r.session).is_err() {
+            tracing::warn!(session = %r.session, "write-ahead log names an invalid session; skipped");
+            continue;
+        }
+        match r.entry {
+            WalEntry::Lease { upto } => {
+                let lease = leases.entry(r.session).or_default();
+                *lease = (*lease).max(upto);
+            }
+            WalEntry::Line { offset, line } => {
+                if !logs.contains_key(&r.session) {
+                    let path = sessions_dir.join(format!("{}.jsonl", r.session));
+                    let file = vfs
+                        .open(&path, Open::Create)
+                        .map_err(ctx("replaying the write-ahead log"))?;
+                    logs.insert(r.session.clone(), (file, 0));
+                }
+                let (file, bytes) = logs.get_mut(&r.session).expect("inserted above");
+                file.write_at(&line, offset)
+                    .map_err(ctx("replaying the write-ahead log"))?;
+                *bytes += line.len() as u64;
+            }
+        }
+    }
+    for (id, (file, bytes)) in logs {
+        file.sync().map_err(ctx("replaying the write-ahead log"))?;
+        tracing::debug!(session = %id, bytes, "wrote back records from the write-ahead log");
+    }
+    vfs.sync_dir(sessions_dir)
+        .map_err(ctx("syncing the sessions directory"))?;
+    Ok(leases)
+}
+
+/// A session may have acknowledged LSNs up to its lease before the power failed and lost them
+/// with the unsynced tail: it resumes above the lease, and the gap is recorded (the gaps file
+/// first, so that even a crash right now cannot hand those LSNs out again).
+fn honour_leases(
+    vfs: &dyn Vfs,
+    sessions_dir: &Path,
+    leases: HashMap<String, u64>,
+    recovered: &mut Vec<Recovered>,
+) -> Result<(), StoreError> {
+    let ctx = |context: &'static str| move |e: io::Error| StoreError::io(context, &e);
+    let mut leases: Vec<(String, u64)> = leases.into_iter().collect();
+    leases.sort();
+    for (id, upto) in leases {
+        let at = match recovered.iter().position(|r| r.id == id) {
+            Some(at) => at,
+            None => {
+                // Its log never reached the disk: an empty one keeps the session (and its gap).
+                let path = sessions_dir.join(format!("{id}.jsonl"));
+                vfs.open(&path, Open::Create)
+                    .and_then(|f| f.sync())
+                    .map_err(ctx("recreating a lost log"))?;
+                recovered.push(Recovered {
+                    id: id.clone(),
+                    path,
+                    state: SessionState::default(),
+                    quarantine: None,
+                    note: None,
+                    lease_gap: None,
+                });
+                recovered.len() - 1
+            }
+        };
+        let r = &mut recovered[at];
+        let last = r.state.last_lsn;
+        let next = r.state.gaps.next_lsn.max(last + 1);
+        if upto < next {
+            continue;
+        }
+        let mut gaps = r.state.gaps.clone();
+        gaps.jumps.push((last, upto + 1));
+        gaps.next_lsn = upto + 1;
+        gaps.save(vfs, &r.path.with_extension("gaps"))
+            .map_err(ctx("writing a gaps file"))?;
+        r.state.gaps = gaps;
+        tracing::warn!(session = %id, first = next, last = upto, "events after lsn {last} may have been acknowledged and lost with unsynced data; lsns up to {upto} will not be used");
+        r.lease_gap = Some((next, upto));
+    }
+    Ok(())
+}
+
+/// Records of a write-ahead log of the first format carry no offsets to replay by (it is
+/// found only after an upgrade that did not stop the daemon cleanly): nothing is dropped,
+/// each session's lines are kept aside in the quarantine folder, and the log says where.
+fn keep_legacy_records(
+    vfs: &dyn Vfs,
+    quarantine_dir: &Path,
+    legacy: Vec<(String, Vec<u8>)>,
+) -> Result<(), StoreError> {
+    let mut by_session: HashMap<String, Vec<u8>> = HashMap::new();
+    for (id, line) in legacy {
+        by_session.entry(id).or_default().extend_from_slice(&line);
     }
     for (id, lines) in by_session {
         if dstream_sdk::validate_session_id(&id).is_err() {
-            tracing::warn!(session = %id, "write-ahead log names an invalid session; skipped");
             continue;
         }
-        let at = recovered.iter().position(|r| r.id == id);
-        let (mut next, quarantined) = match at.map(|i| &recovered[i]) {
-            Some(r) => (r.state.last_lsn + 1, r.quarantine.is_some()),
-            None => (1, false),
-        };
-        let mut missing = Vec::new();
-        let mut stray = Vec::new();
-        for line in lines {
-            match record::lsn_of(&line) {
-                Some(lsn) if lsn < next => {}
-                Some(lsn) if lsn == next && !quarantined => {
-                    missing.extend_from_slice(&line);
-                    next += 1;
-                }
-                _ => stray.extend_from_slice(&line),
-            }
-        }
-        if !stray.is_empty() {
-            // Nothing the WAL held is dropped: what cannot go back in order is kept aside.
-            let to = quarantine_dir.join(format!("{id}.{}.wal", stamp()));
-            fsutil::private_file()
-                .write(true)
-                .create_new(true)
-                .open(&to)
-                .and_then(|mut f| io::Write::write_all(&mut f, &stray).and_then(|()| f.sync_all()))
-                .map_err(ctx("saving write-ahead records"))?;
-            tracing::error!(session = %id, saved_to = %to.display(), "write-ahead records that do not continue the log were kept aside");
-        }
-        if missing.is_empty() {
-            continue;
-        }
-        let path = sessions_dir.join(format!("{id}.jsonl"));
-        let mut file = fsutil::private_file()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(ctx("replaying the write-ahead log"))?;
-        io::Write::write_all(&mut file, &missing)
-            .and_then(|()| file.sync_all())
-            .map_err(ctx("replaying the write-ahead log"))?;
-        tracing::info!(session = %id, bytes = missing.len(), "restored records from the write-ahead log");
-        let again = recover_session(&sessions_dir, &quarantine_dir, id.clone(), settings)?;
-        match at {
-            Some(i) => recovered[i] = again,
-            None => recovered.push(again),
-        }
+        let to = quarantine_dir.join(format!("{id}.{}.wal", stamp()));
+        vfs.write_new(&to, &lines)
+            .map_err(|e| StoreError::io("saving write-ahead records", &e))?;
+        tracing::error!(session = %id, saved_to = %to.display(), "a write-ahead log of an older dstream held records; they are kept aside, not replayed");
     }
-    sync_dir(&sessions_dir).map_err(ctx("syncing the sessions directory"))?;
-    wal.reset().map_err(ctx("restarting the write-ahead log"))?;
-    Ok((wal, recovered))
+    Ok(())
 }
 
 pub(crate) fn stamp() -> u64 {
@@ -159,6 +237,7 @@ pub(crate) fn stamp() -> u64 {
 }
 
 pub(crate) fn recover_session(
+    vfs: &dyn Vfs,
     sessions_dir: &Path,
     quarantine_dir: &Path,
     id: String,
@@ -167,18 +246,16 @@ pub(crate) fn recover_session(
     let ctx = |context: &'static str| move |e: io::Error| StoreError::io(context, &e);
     let path = sessions_dir.join(format!("{id}.jsonl"));
     let idx_path = path.with_extension("idx");
-    let file = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
+    let file = vfs
+        .open(&path, Open::Existing)
         .map_err(ctx("opening a log"))?;
-    let loaded = SparseIndex::load(&idx_path).unwrap_or_else(|e| {
+    let loaded = SparseIndex::load(vfs, &idx_path).unwrap_or_else(|e| {
         tracing::warn!(session = %id, error = %e, "index unreadable; rebuilding");
         None
     });
-    let gaps = Gaps::load(&path.with_extension("gaps")).map_err(ctx("reading a gaps file"))?;
+    let gaps = Gaps::load(vfs, &path.with_extension("gaps")).map_err(ctx("reading a gaps file"))?;
     let scan = recovery::scan(
-        &file,
+        &*file,
         loaded.as_ref(),
         settings.verify_on_start,
         settings.index_interval_bytes,
@@ -219,15 +296,16 @@ pub(crate) fn recover_session(
                     reason,
                     offset,
                 }),
+                lease_gap: None,
             });
         }
         Damage::TornTail { reason } => {
             let saved_to = quarantine_dir.join(format!("{id}.{}.tail", stamp()));
             let cut_bytes = scan.file_len - scan.good_len;
-            save_range(&file, scan.good_len, cut_bytes, &saved_to)
+            save_range(vfs, &*file, scan.good_len, cut_bytes, &saved_to)
                 .map_err(ctx("saving a torn tail"))?;
             file.set_len(scan.good_len)
-                .and_then(|()| file.sync_all())
+                .and_then(|()| file.sync())
                 .map_err(ctx("cutting a torn tail"))?;
             tracing::warn!(session = %id, %reason, cut_bytes, saved_to = %saved_to.display(), "torn tail cut off");
             note = Some(RecoveryNote::TornTail {
@@ -241,7 +319,7 @@ pub(crate) fn recover_session(
         Damage::None => {}
     }
     if scan.index_rebuilt || note.is_some() {
-        write_index(&idx_path, &scan.index).map_err(ctx("writing an index"))?;
+        write_index(vfs, &idx_path, &scan.index).map_err(ctx("writing an index"))?;
     }
     let state = SessionState {
         last_lsn: scan.last_lsn,
@@ -256,16 +334,14 @@ pub(crate) fn recover_session(
         state,
         quarantine: None,
         note,
+        lease_gap: None,
     })
 }
 
-fn write_index(path: &Path, index: &SparseIndex) -> io::Result<()> {
+/// Replaces an index file. Not synced: it is a cache, checked against the log at every start.
+fn write_index(vfs: &dyn Vfs, path: &Path, index: &SparseIndex) -> io::Result<()> {
     let tmp = path.with_extension("idx.tmp");
-    fsutil::private_file()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&tmp)?
-        .write_all(&index.to_bytes())?;
-    fs::rename(&tmp, path)
+    vfs.open(&tmp, Open::Truncate)?
+        .write_at(&index.to_bytes(), 0)?;
+    vfs.rename(&tmp, path)
 }

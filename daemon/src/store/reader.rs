@@ -58,7 +58,8 @@ pub fn read_range(
         let mut buf = std::mem::take(&mut carry);
         let have = buf.len();
         buf.resize(have + chunk_size, 0);
-        let n = super::fsutil::read_at(&file, &mut buf[have..], offset)
+        let n = file
+            .read_at(&mut buf[have..], offset)
             .map_err(|e| StoreError::io("reading the log", &e))?;
         if n == 0 {
             return Err(corrupt(

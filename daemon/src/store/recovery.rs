@@ -4,18 +4,34 @@
 //!
 //! - Bad bytes only at the end (a torn write: a line cut short, or garbage after the last good
 //!   line): they are cut off, after being saved, and the store records a `log.recovered` event.
+//! - Zero bytes (pages a power failure kept from the disk, after the file's size got there):
+//!   the same, from the first of them to the end, whatever follows.
 //! - A bad record followed by a good one, or a good record with the wrong LSN: the log was
 //!   damaged where it had been durable. The file is quarantined, never skipped over silently.
 
 use std::borrow::Cow;
-use std::fs::File;
-use std::io::{self, BufRead, BufReader, Seek, SeekFrom};
+use std::io::{self, BufRead, BufReader};
 
 use serde::Deserialize;
 
 use super::gaps::Gaps;
 use super::index::{IndexEntry, SparseIndex};
 use super::record;
+use crate::vfs::VfsFile;
+
+/// Sequential reads through a positional file, for a `BufReader`.
+pub struct ReadFrom<'a> {
+    pub file: &'a dyn VfsFile,
+    pub pos: u64,
+}
+
+impl io::Read for ReadFrom<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.file.read_at(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
 
 /// What the scan found.
 #[derive(Debug)]
@@ -65,14 +81,28 @@ fn envelope(body: &[u8]) -> Option<(u64, String)> {
     Some((f.timestamp, f.stream_id.into_owned()))
 }
 
+/// The first bad line a scan meets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bad {
+    /// The file ends inside it: a torn write.
+    Incomplete,
+    /// Complete yet failing its checksum: damage to data that was written whole.
+    Complete,
+    /// It holds zero bytes, which dstream never writes (JSON lines have no raw NUL): pages
+    /// whose writes had not reached the disk when the power failed, the file's size having
+    /// reached it. Only unsynced data can look like this (synced data and everything the
+    /// write-ahead log holds are whole by now), so from here on the log is a torn tail.
+    Hole,
+}
+
 /// Reads the whole line starting at `offset` (without its `\n`), or `None` at end of file or
 /// when no newline ends it.
-pub fn read_line_at(file: &File, offset: u64) -> io::Result<Option<Vec<u8>>> {
+pub fn read_line_at(file: &dyn VfsFile, offset: u64) -> io::Result<Option<Vec<u8>>> {
     let mut out = Vec::new();
     let mut chunk = vec![0u8; 8192];
     let mut at = offset;
     loop {
-        let n = super::fsutil::read_at(file, &mut chunk, at)?;
+        let n = file.read_at(&mut chunk, at)?;
         if n == 0 {
             return Ok(None);
         }
@@ -86,14 +116,14 @@ pub fn read_line_at(file: &File, offset: u64) -> io::Result<Option<Vec<u8>>> {
 }
 
 /// Timestamp and stream id of the record at `offset`, if it is a good one.
-fn envelope_at(file: &File, offset: u64) -> io::Result<Option<(u64, String)>> {
+fn envelope_at(file: &dyn VfsFile, offset: u64) -> io::Result<Option<(u64, String)>> {
     Ok(read_line_at(file, offset)?
         .and_then(|l| record::open(&l).ok().and_then(|(_, body)| envelope(body))))
 }
 
 /// Where a scan may start: from the last entry of a trustworthy index, or from the top.
 fn starting_point(
-    file: &File,
+    file: &dyn VfsFile,
     loaded: Option<&SparseIndex>,
     verify_all: bool,
 ) -> io::Result<SparseIndex> {
@@ -116,23 +146,28 @@ fn starting_point(
 
 /// Scans a log. `loaded` is the index read from disk, if any; `interval` is the index spacing.
 pub fn scan(
-    file: &File,
+    file: &dyn VfsFile,
     loaded: Option<&SparseIndex>,
     verify_all: bool,
     interval: u64,
     gaps: &Gaps,
 ) -> io::Result<ScanResult> {
-    let file_len = file.metadata()?.len();
+    let file_len = file.len()?;
     let mut index = starting_point(file, loaded, verify_all)?;
     let start = index.last().unwrap_or(IndexEntry { lsn: 1, offset: 0 });
 
-    let mut reader = BufReader::with_capacity(1 << 20, file);
-    reader.seek(SeekFrom::Start(start.offset))?;
+    let mut reader = BufReader::with_capacity(
+        1 << 20,
+        ReadFrom {
+            file,
+            pos: start.offset,
+        },
+    );
     let mut expected = start.lsn;
     let mut pos = start.offset;
     let mut good_len = start.offset;
     let mut last_good: Option<(u64, u64)> = None; // (lsn, offset) of the last good record
-    let mut first_bad: Option<(String, bool)> = None; // (why, a complete line)
+    let mut first_bad: Option<(String, Bad)> = None;
     let mut damage = Damage::None;
     let mut line = Vec::with_capacity(4096);
     let mut first_ts = 0;
@@ -180,6 +215,8 @@ pub fn scan(
                 };
                 break;
             }
+            // After a hole everything is unsynced tail: cut, whatever it holds.
+            (_, Some((_, Bad::Hole))) => {}
             (Some((lsn, _)), Some((bad, _))) => {
                 damage = Damage::Corrupt {
                     reason: format!("{bad}, yet a good record (lsn {lsn}) follows at byte {pos}"),
@@ -188,17 +225,24 @@ pub fn scan(
                 break;
             }
             (None, None) => {
-                first_bad = Some(if complete {
+                first_bad = Some(if memchr::memchr(0, &line).is_some() {
+                    (
+                        format!(
+                            "zero bytes at byte {pos} (lsn {expected} expected): writes that had not been synced when the power failed"
+                        ),
+                        Bad::Hole,
+                    )
+                } else if complete {
                     (
                         format!(
                             "record at byte {pos} (lsn {expected} expected) fails its checksum"
                         ),
-                        true,
+                        Bad::Complete,
                     )
                 } else {
                     (
                         format!("the last {n} bytes at byte {pos} are an incomplete record"),
-                        false,
+                        Bad::Incomplete,
                     )
                 });
             }
@@ -209,8 +253,10 @@ pub fn scan(
     // Only an incomplete last line is a torn write. A complete line that fails its checksum
     // was written whole, acknowledged, and then damaged: that is corruption, even at the end.
     match first_bad {
-        Some((reason, false)) if damage == Damage::None => damage = Damage::TornTail { reason },
-        Some((reason, true)) if damage == Damage::None => {
+        Some((reason, Bad::Incomplete | Bad::Hole)) if damage == Damage::None => {
+            damage = Damage::TornTail { reason }
+        }
+        Some((reason, Bad::Complete)) if damage == Damage::None => {
             damage = Damage::Corrupt {
                 reason,
                 offset: good_len,
@@ -252,6 +298,13 @@ mod tests {
     use std::io::Write;
     use std::os::unix::fs::FileExt;
 
+    fn os_file(f: &tempfile::NamedTempFile) -> crate::vfs::VfsFileRef {
+        use crate::vfs::Vfs as _;
+        crate::vfs::OsVfs
+            .open(f.path(), crate::vfs::Open::Existing)
+            .unwrap()
+    }
+
     fn log_with(n: u64) -> (tempfile::NamedTempFile, Vec<u64>) {
         let mut f = tempfile::NamedTempFile::new().unwrap();
         let mut offsets = Vec::new();
@@ -274,7 +327,7 @@ mod tests {
     #[test]
     fn a_clean_log_scans_clean_and_builds_its_index() {
         let (f, _) = log_with(100);
-        let r = scan(f.as_file(), None, true, 1024, &Gaps::default()).unwrap();
+        let r = scan(&*os_file(&f), None, true, 1024, &Gaps::default()).unwrap();
         assert_eq!(r.damage, Damage::None);
         assert_eq!(
             (r.last_lsn, r.good_len, r.first_ts, r.last_ts),
@@ -283,7 +336,7 @@ mod tests {
         assert!(r.index.entries().len() > 5);
         assert!(r.index_rebuilt);
         // Scanning again from the index it built reproduces it exactly.
-        let again = scan(f.as_file(), Some(&r.index), false, 1024, &Gaps::default()).unwrap();
+        let again = scan(&*os_file(&f), Some(&r.index), false, 1024, &Gaps::default()).unwrap();
         assert!(!again.index_rebuilt);
         assert_eq!(
             (again.last_lsn, again.first_ts, again.last_ts),
@@ -296,7 +349,7 @@ mod tests {
         let (mut f, offsets) = log_with(10);
         f.write_all(br#"{"lsn":11,"stream_id":"s","timest"#)
             .unwrap();
-        let r = scan(f.as_file(), None, true, 1024, &Gaps::default()).unwrap();
+        let r = scan(&*os_file(&f), None, true, 1024, &Gaps::default()).unwrap();
         assert!(
             matches!(r.damage, Damage::TornTail { .. }),
             "{:?}",
@@ -310,7 +363,7 @@ mod tests {
     fn damage_before_the_last_good_record_is_corruption() {
         let (f, offsets) = log_with(10);
         f.as_file().write_at(b"X", offsets[3] + 20).unwrap();
-        let r = scan(f.as_file(), None, true, 1024, &Gaps::default()).unwrap();
+        let r = scan(&*os_file(&f), None, true, 1024, &Gaps::default()).unwrap();
         assert!(matches!(r.damage, Damage::Corrupt { .. }), "{:?}", r.damage);
     }
 }

@@ -7,8 +7,7 @@
 //! `<id>.gaps` (atomic); (3) the log is rewritten with the valid records and renamed into
 //! place; (4) it is recovered again like any log at start.
 
-use std::fs;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -16,7 +15,8 @@ use serde::Serialize;
 use super::gaps::Gaps;
 use super::open::{Recovered, recover_session, stamp};
 use super::session::Quarantine;
-use super::{StoreError, StoreSettings, fsutil, record};
+use super::{StoreError, StoreSettings, record};
+use crate::vfs::{Open, Vfs};
 
 /// What a repair did.
 #[derive(Debug, Clone, Serialize)]
@@ -34,6 +34,7 @@ pub struct RepairReport {
 }
 
 pub(crate) fn repair_log(
+    vfs: &dyn Vfs,
     sessions_dir: &Path,
     id: &str,
     quarantine: &Quarantine,
@@ -42,8 +43,8 @@ pub(crate) fn repair_log(
     let ctx = |context: &'static str| move |e: io::Error| StoreError::io(context, &e);
     let path = sessions_dir.join(format!("{id}.jsonl"));
     let gaps_path = path.with_extension("gaps");
-    let data = fs::read(&path).map_err(ctx("reading the log to repair"))?;
-    let old = Gaps::load(&gaps_path).map_err(ctx("reading a gaps file"))?;
+    let data = vfs.read(&path).map_err(ctx("reading the log to repair"))?;
+    let old = Gaps::load(vfs, &gaps_path).map_err(ctx("reading a gaps file"))?;
 
     let mut kept = Vec::with_capacity(data.len());
     let mut bad = Vec::new();
@@ -90,33 +91,25 @@ pub(crate) fn repair_log(
     }
 
     let moved_to = sessions_dir.join(format!("{id}.{}.bad", stamp()));
-    let mut out = fsutil::private_file()
-        .write(true)
-        .create_new(true)
-        .open(&moved_to)
-        .map_err(ctx("saving the damaged bytes"))?;
-    out.write_all(&bad)
-        .and_then(|()| out.sync_all())
+    vfs.write_new(&moved_to, &bad)
         .map_err(ctx("saving the damaged bytes"))?;
     Gaps { jumps, next_lsn }
-        .save(&gaps_path)
+        .save(vfs, &gaps_path)
         .map_err(ctx("writing the gaps file"))?;
     let tmp = path.with_extension("jsonl.repair");
-    let mut f = fsutil::private_file()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&tmp)
+    vfs.open(&tmp, Open::Truncate)
+        .and_then(|f| {
+            f.write_at(&kept, 0)?;
+            f.sync()
+        })
+        .and_then(|()| vfs.rename(&tmp, &path))
+        .and_then(|()| vfs.sync_dir(sessions_dir))
         .map_err(ctx("rewriting the log"))?;
-    f.write_all(&kept)
-        .and_then(|()| f.sync_all())
-        .and_then(|()| fs::rename(&tmp, &path))
-        .and_then(|()| fsutil::sync_dir(sessions_dir))
-        .map_err(ctx("rewriting the log"))?;
-    let _ = fs::remove_file(path.with_extension("idx"));
+    let _ = vfs.remove(&path.with_extension("idx"));
     tracing::warn!(session = %id, moved_bytes = bad.len(), moved_to = %moved_to.display(), kept_records, "repaired a quarantined log");
 
     let recovered = recover_session(
+        vfs,
         sessions_dir,
         &sessions_dir.with_file_name("quarantine"),
         id.to_string(),

@@ -2,7 +2,6 @@
 //! events go out on the daemon-wide [`crate::hub`]. It holds no thread and no open file: those belong to the commit
 //! thread and the [`FileCache`], so an idle session costs a few hundred bytes.
 
-use std::fs::File;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -13,6 +12,7 @@ use super::commit::WriterState;
 use super::files::FileCache;
 use super::gaps::Gaps;
 use super::index::SparseIndex;
+use crate::vfs::VfsFileRef;
 
 /// One committed event as subscribers receive it: the stored JSON without its crc field and
 /// without the closing `}` (see [`EventJson::write_to`]).
@@ -75,6 +75,9 @@ pub struct Session {
     /// LSN jumps a repair left in the log (usually none).
     pub(crate) gaps: Gaps,
     committed: AtomicU64,
+    /// The last LSN that is synced: equal to `committed` under `fsync = "always"`, behind it by
+    /// up to an interval otherwise.
+    durable: AtomicU64,
     pub(crate) index: RwLock<SparseIndex>,
     pub(crate) meta: Mutex<SessionMeta>,
     /// Locked by the commit thread only.
@@ -102,6 +105,7 @@ impl Session {
             quarantine,
             gaps: state.gaps,
             committed: AtomicU64::new(state.last_lsn),
+            durable: AtomicU64::new(state.last_lsn),
             index: RwLock::new(state.index),
             meta: Mutex::new(state.meta),
             writer: Mutex::new(writer),
@@ -118,6 +122,15 @@ impl Session {
         self.committed.store(lsn, Ordering::Release);
     }
 
+    /// LSN of the last event that a power failure cannot take: what may leave the machine.
+    pub fn durable_lsn(&self) -> u64 {
+        self.durable.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_durable(&self, lsn: u64) {
+        self.durable.fetch_max(lsn, Ordering::AcqRel);
+    }
+
     pub fn quarantine_reason(&self) -> Option<&str> {
         self.quarantine.as_ref().map(|q| q.reason.as_str())
     }
@@ -131,11 +144,11 @@ impl Session {
     }
 
     /// The log's open handle (positional reads need no seek, so one serves all readers).
-    pub(crate) fn read_handle(&self) -> std::io::Result<Arc<File>> {
+    pub(crate) fn read_handle(&self) -> std::io::Result<VfsFileRef> {
         Ok(self.files.get(&self.id, &self.path, false)?.0)
     }
 
-    pub(crate) fn log_handle(&self) -> std::io::Result<(Arc<File>, bool)> {
+    pub(crate) fn log_handle(&self) -> std::io::Result<(VfsFileRef, bool)> {
         self.files.get(&self.id, &self.path, true)
     }
 }
