@@ -244,6 +244,10 @@ pub struct SessionInfo {
     pub first_ts: u64,
     pub last_ts: u64,
     pub last_lsn: u64,
+    /// The last LSN that is synced to disk: `last_lsn` under `fsync = "always"`, up to an
+    /// interval behind it otherwise. Only events up to here are relayed.
+    #[serde(default)]
+    pub durable_lsn: u64,
     /// Bytes in the log file.
     pub bytes: u64,
     /// Set when the session's log is damaged: it takes no appends until `repair`.

@@ -483,3 +483,36 @@ fn with_close_on_session_end_off_a_resumed_session_keeps_relaying() {
         "the stream stays open"
     );
 }
+
+#[test]
+fn under_fsync_interval_only_synced_events_leave_the_machine() {
+    let server = RemoteServer::start(ServerKind::Rust);
+    // A long interval: events stay committed but unsynced for a while after the first one
+    // (whose lease is synced at once).
+    let d = Daemon::start_with(&format!(
+        "[store]\nfsync = \"interval\"\nfsync_interval_ms = 1500\n{}",
+        relay_config(&server.base_url(), "")
+    ));
+    let mut c = d.client();
+    c.append("iv", "message.chunk", json!({"i": 0}));
+    wait_for("the first event relayed", LONG, || {
+        stream_status(&d, "iv").filter(|s| s["acked_lsn"].as_u64() >= Some(1))
+    });
+    for i in 1..30 {
+        c.append("iv", "message.chunk", json!({"i": i}));
+    }
+    // Read the remote first, then the durable LSN (which only grows): a remote stream never
+    // holds an event that a power failure could still take from the local log.
+    let remote = read_stream(&format!("{}/{PREFIX}/iv", server.base_url()))
+        .messages
+        .len() as u64;
+    let info = c.ok("sessions.get", json!({"session_id": "iv"}));
+    let durable = info["durable_lsn"].as_u64().unwrap();
+    assert!(
+        remote <= durable,
+        "the server holds {remote} events, only {durable} are synced: {info}"
+    );
+    // And once the interval's sync ran, all of them go.
+    wait_relayed(&d, "iv");
+    assert_remote_equals_local(&d, &server.base_url(), "iv");
+}

@@ -635,6 +635,7 @@ fn session_info(s: &Session) -> SessionInfo {
         first_ts: meta.first_ts,
         last_ts: meta.last_ts,
         last_lsn: s.committed_lsn(),
+        durable_lsn: s.durable_lsn(),
         bytes: meta.bytes,
         quarantined: s.quarantine().map(quarantine_info),
     }
