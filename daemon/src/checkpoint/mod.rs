@@ -16,6 +16,8 @@
 //! "Always allow" grants live in `grants.json` (written atomically) as well as in the events.
 
 pub mod policy;
+#[cfg(test)]
+mod power_loss;
 pub mod stop;
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
@@ -32,6 +34,7 @@ use tokio::sync::{Notify, oneshot};
 
 use crate::config::OnTimeout;
 use crate::store::{AppendAck, NewEventRaw, Store, StoreError, read_range};
+use crate::vfs::Vfs;
 
 /// Decided checkpoints kept in memory for late awaits and double decisions; older ones are
 /// found in their session's log (see [`LOOKBACK`]).
@@ -274,6 +277,9 @@ struct Table {
 
 pub struct Checkpoints {
     store: Store,
+    /// Markers, journal and grants go through the store's file layer, so the power-loss
+    /// simulation covers them with the logs.
+    vfs: Arc<dyn Vfs>,
     dir: PathBuf,
     table: Mutex<Table>,
     /// Wakes the deadline task when an earlier deadline arrives (or this is dropped).
@@ -353,13 +359,20 @@ impl Checkpoints {
     /// Deadlines that passed while the daemon was down are applied at once.
     pub fn start(store: Store, data_dir: &Path, grant_ttl_ms: u64) -> std::io::Result<Arc<Self>> {
         let dir = data_dir.join("checkpoints");
-        crate::store::create_private_dir(&dir.join("open"))?;
+        let vfs = store.vfs();
+        for d in [&dir, &dir.join("open")] {
+            if !vfs.exists(d) {
+                vfs.create_dir_all(d)?;
+                vfs.sync_dir(crate::vfs::parent(d))?;
+            }
+        }
         let this = Arc::new(Checkpoints {
+            stops: stop::Stops::open(vfs.clone(), dir.join("stopped"))?,
             store,
+            vfs,
             table: Mutex::new(Table::default()),
             wake: Arc::new(Notify::new()),
             grant_ttl_ms: Mutex::new(grant_ttl_ms),
-            stops: stop::Stops::open(dir.join("stopped"))?,
             dir,
         });
         this.rebuild()?;
@@ -388,22 +401,23 @@ impl Checkpoints {
 
     /// Notes `id` in the journal; called with the table locked.
     fn journal(&self, table: &mut Table, id: &str, session: &str) {
-        use std::io::Write;
         table.journaled.insert(id_hash(id));
         let path = self.journal_path();
-        let appended = crate::store::private_append(&path)
-            .and_then(|mut f| writeln!(f, "{id} {session}").map(|_| f))
-            .and_then(|f| f.metadata());
+        let appended = self
+            .vfs
+            .open(&path, crate::vfs::Open::Create)
+            .and_then(|f| f.append(format!("{id} {session}\n").as_bytes()).map(|()| f))
+            .and_then(|f| f.len());
         match appended {
-            Ok(meta) if meta.len() > JOURNAL_MAX_BYTES => {
-                let keep = std::fs::read(&path).ok().map(|bytes| {
+            Ok(len) if len > JOURNAL_MAX_BYTES => {
+                let keep = self.vfs.read(&path).ok().map(|bytes| {
                     let half = bytes.len() / 2;
                     let start =
                         memchr::memchr(b'\n', &bytes[half..]).map_or(half, |i| half + i + 1);
                     bytes[start..].to_vec()
                 });
                 if let Some(keep) = keep {
-                    let _ = crate::store::write_atomic(&path, &keep);
+                    let _ = self.vfs.write_atomic(&path, &keep);
                     table.journaled = journaled_ids(&keep);
                 }
             }
@@ -414,7 +428,7 @@ impl Checkpoints {
 
     /// The session of a checkpoint no longer in memory, from the journal.
     fn session_of(&self, id: &str) -> Option<String> {
-        let bytes = std::fs::read(self.journal_path()).ok()?;
+        let bytes = self.vfs.read(&self.journal_path()).ok()?;
         let text = String::from_utf8_lossy(&bytes);
         text.lines().rev().find_map(|line| {
             let (i, session) = line.split_once(' ')?;
@@ -442,22 +456,20 @@ impl Checkpoints {
 
     fn rebuild(&self) -> std::io::Result<()> {
         let mut table = self.table.lock().unwrap();
-        for dirent in std::fs::read_dir(self.dir.join("open"))? {
-            let path = dirent?.path();
-            let Some(session) = path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .map(str::to_string)
-            else {
+        for name in self.vfs.list_dir(&self.dir.join("open"))? {
+            let path = self.dir.join("open").join(&name);
+            let Some(session) = name.to_str().map(str::to_string) else {
                 continue;
             };
             if session.ends_with(".tmp") || dstream_sdk::validate_session_id(&session).is_err() {
-                let _ = std::fs::remove_file(&path);
+                let _ = self.vfs.remove(&path);
                 continue;
             }
-            let from = std::fs::read_to_string(&path)
+            let from = self
+                .vfs
+                .read(&path)
                 .ok()
-                .and_then(|s| s.trim().parse::<u64>().ok())
+                .and_then(|b| String::from_utf8_lossy(&b).trim().parse::<u64>().ok())
                 .unwrap_or(1);
             let found = match self.scan(&session, from) {
                 Ok(found) => found,
@@ -478,12 +490,12 @@ impl Checkpoints {
                 table.entries.insert(id, entry);
             }
             if open == 0 {
-                let _ = std::fs::remove_file(&path);
+                let _ = self.vfs.remove(&path);
             } else {
                 table.open.insert(session, open);
             }
         }
-        match std::fs::read(self.grants_path()) {
+        match self.vfs.read(&self.grants_path()) {
             Ok(bytes) => {
                 let now = now_ms();
                 let grants: Vec<Grant> = serde_json::from_slice(&bytes).unwrap_or_else(|e| {
@@ -495,7 +507,7 @@ impl Checkpoints {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-        table.journaled = journaled_ids(&std::fs::read(self.journal_path()).unwrap_or_default());
+        table.journaled = journaled_ids(&self.vfs.read(&self.journal_path()).unwrap_or_default());
         trim_decided(&mut table);
         let pending = table.deadlines.len();
         drop(table);
@@ -633,7 +645,8 @@ impl Checkpoints {
                     .get(&req.session_id)
                     .map_or(1, |s| s.committed_lsn() + 1);
                 let path = self.marker(&req.session_id);
-                crate::store::write_atomic(&path, from.to_string().as_bytes())
+                self.vfs
+                    .write_atomic(&path, from.to_string().as_bytes())
                     .map_err(|source| CheckpointError::Io { path, source })?;
             }
             table.open.insert(req.session_id.clone(), open + 1);
@@ -671,7 +684,7 @@ impl Checkpoints {
             }
             Err(_) => {
                 if let Some(e) = table.entries.remove(id) {
-                    close_one(&mut table, &self.dir, &e.info.session_id);
+                    close_one(&mut table, &*self.vfs, &self.dir, &e.info.session_id);
                 }
             }
         }
@@ -895,7 +908,7 @@ impl Checkpoints {
         });
         table.deadlines.remove(&(info.deadline_ms, id.to_string()));
         table.decided.push_back(id.to_string());
-        close_one(&mut table, &self.dir, &info.session_id);
+        close_one(&mut table, &*self.vfs, &self.dir, &info.session_id);
         let grants = grant.map(|g| {
             let now = now_ms();
             table.grants.retain(|x| x.expires_ms > now);
@@ -907,7 +920,7 @@ impl Checkpoints {
         if let Some(grants) = grants {
             let path = self.grants_path();
             let bytes = serde_json::to_vec_pretty(&grants).unwrap_or_default();
-            if let Err(e) = crate::store::write_atomic(&path, &bytes) {
+            if let Err(e) = self.vfs.write_atomic(&path, &bytes) {
                 // The grant is in the log too; it only would not survive a restart.
                 tracing::error!(error = %e, path = %path.display(), "cannot save the grants");
             }
@@ -1134,7 +1147,7 @@ impl Drop for Checkpoints {
 }
 
 /// One open checkpoint of `session` is decided (or dropped): its marker goes with the last.
-fn close_one(table: &mut Table, dir: &Path, session: &str) {
+fn close_one(table: &mut Table, vfs: &dyn Vfs, dir: &Path, session: &str) {
     let left = match table.open.get_mut(session) {
         Some(n) => {
             *n = n.saturating_sub(1);
@@ -1144,7 +1157,9 @@ fn close_one(table: &mut Table, dir: &Path, session: &str) {
     };
     if left == 0 {
         table.open.remove(session);
-        let _ = std::fs::remove_file(dir.join("open").join(session));
+        // Not synced: a marker that comes back after a crash is dropped at the next start,
+        // once its session's log shows nothing open.
+        let _ = vfs.remove(&dir.join("open").join(session));
     }
 }
 

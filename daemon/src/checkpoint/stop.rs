@@ -8,7 +8,9 @@
 use std::collections::HashMap;
 use std::io;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+use crate::vfs::Vfs;
 
 use serde::{Deserialize, Serialize};
 
@@ -20,30 +22,36 @@ pub struct Stop {
 }
 
 pub struct Stops {
+    vfs: Arc<dyn Vfs>,
     dir: PathBuf,
     stopped: Mutex<HashMap<String, Stop>>,
 }
 
 impl Stops {
     /// Loads the stops in force from `dir` (created if missing).
-    pub fn open(dir: PathBuf) -> io::Result<Stops> {
-        crate::store::create_private_dir(&dir)?;
+    pub fn open(vfs: Arc<dyn Vfs>, dir: PathBuf) -> io::Result<Stops> {
+        if !vfs.exists(&dir) {
+            vfs.create_dir_all(&dir)?;
+            vfs.sync_dir(crate::vfs::parent(&dir))?;
+        }
         let mut stopped = HashMap::new();
-        for entry in std::fs::read_dir(&dir)?.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
+        for name in vfs.list_dir(&dir)? {
+            let name = name.to_string_lossy().into_owned();
             if name.ends_with(".tmp") || dstream_sdk::validate_session_id(&name).is_err() {
                 continue;
             }
-            match std::fs::read(entry.path()).map(|b| serde_json::from_slice::<Stop>(&b)) {
+            let path = dir.join(&name);
+            match vfs.read(&path).map(|b| serde_json::from_slice::<Stop>(&b)) {
                 Ok(Ok(stop)) => {
                     stopped.insert(name, stop);
                 }
                 _ => {
-                    tracing::warn!(file = %entry.path().display(), "unreadable remote stop ignored")
+                    tracing::warn!(file = %path.display(), "unreadable remote stop ignored")
                 }
             }
         }
         Ok(Stops {
+            vfs,
             dir,
             stopped: Mutex::new(stopped),
         })
@@ -52,7 +60,7 @@ impl Stops {
     /// Stops `session` (durably, before it returns).
     pub fn stop(&self, session: &str, stop: Stop) -> io::Result<()> {
         let bytes = serde_json::to_vec(&stop).map_err(io::Error::other)?;
-        crate::store::write_atomic(&self.dir.join(session), &bytes)?;
+        self.vfs.write_atomic(&self.dir.join(session), &bytes)?;
         self.stopped
             .lock()
             .unwrap()
@@ -68,7 +76,7 @@ impl Stops {
     /// A person prompted the agent again: its calls run as policy says.
     pub fn clear(&self, session: &str) {
         if self.stopped.lock().unwrap().remove(session).is_some()
-            && let Err(e) = std::fs::remove_file(self.dir.join(session))
+            && let Err(e) = self.vfs.remove(&self.dir.join(session))
             && e.kind() != io::ErrorKind::NotFound
         {
             tracing::warn!(%session, error = %e, "cannot remove the remote stop marker");
@@ -84,16 +92,24 @@ mod tests {
     fn a_stop_survives_a_reopen_until_it_is_cleared() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("stopped");
-        let stops = Stops::open(dir.clone()).unwrap();
+        let stops = Stops::open(crate::vfs::os(), dir.clone()).unwrap();
         let s = Stop {
             reason: "enough".into(),
             decided_by: "remote:phone".into(),
             at_ms: 1,
         };
         stops.stop("sess-1", s.clone()).unwrap();
-        assert_eq!(Stops::open(dir.clone()).unwrap().get("sess-1"), Some(s));
+        assert_eq!(
+            Stops::open(crate::vfs::os(), dir.clone())
+                .unwrap()
+                .get("sess-1"),
+            Some(s)
+        );
         stops.clear("sess-1");
         assert_eq!(stops.get("sess-1"), None);
-        assert_eq!(Stops::open(dir).unwrap().get("sess-1"), None);
+        assert_eq!(
+            Stops::open(crate::vfs::os(), dir).unwrap().get("sess-1"),
+            None
+        );
     }
 }

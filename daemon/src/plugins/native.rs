@@ -161,7 +161,7 @@ unsafe impl Send for Local {}
 /// table, and runs `init` with `config`; the library is leaked on purpose (see the module docs).
 fn load(path: &Path, cache: &Path, config: &Json) -> Result<Local, PluginError> {
     let load_err = |m: String| PluginError::Load(m);
-    crate::store::create_private_dir(cache)
+    crate::vfs::Vfs::create_dir_all(&crate::vfs::OsVfs, cache)
         .map_err(|e| load_err(format!("cannot create {}: {e}", cache.display())))?;
     let file = path
         .file_name()

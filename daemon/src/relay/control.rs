@@ -13,7 +13,6 @@
 //! restart neither replays nor skips a message.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,21 +39,18 @@ struct ControlState {
 struct Control {
     shared: Arc<Shared>,
     session: Arc<str>,
-    path: PathBuf,
     state: ControlState,
 }
 
 /// Follows the control stream of `session` until the task is aborted (its relay stream ended).
 pub(super) async fn run(shared: Arc<Shared>, session: Arc<str>) {
-    let path = shared.ledgers.control_path(&session);
-    let state = match std::fs::read(&path) {
-        Ok(b) => serde_json::from_slice(&b).unwrap_or_default(),
-        Err(_) => ControlState::default(),
+    let state = match shared.ledgers.load_control(&session) {
+        Some(b) => serde_json::from_slice(&b).unwrap_or_default(),
+        None => ControlState::default(),
     };
     let mut c = Control {
         shared,
         session,
-        path,
         state,
     };
     let mut settings_rx = c.shared.settings.subscribe();
@@ -131,9 +127,9 @@ impl Control {
             Ok(b) => b,
             Err(_) => return,
         };
-        let path = self.path.clone();
+        let (ledgers, session) = (self.shared.ledgers.clone(), self.session.clone());
         let written =
-            tokio::task::spawn_blocking(move || crate::store::write_atomic(&path, &bytes)).await;
+            tokio::task::spawn_blocking(move || ledgers.save_control(&session, &bytes)).await;
         if !matches!(written, Ok(Ok(()))) {
             tracing::warn!(session = %self.session, "cannot save the control stream's position");
         }

@@ -8,6 +8,9 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::vfs::Vfs;
 
 use serde::{Deserialize, Serialize};
 
@@ -70,18 +73,32 @@ impl Ledger {
 /// Where the ledgers live: `<data>/relay/`.
 #[derive(Debug, Clone)]
 pub struct LedgerDir {
+    vfs: Arc<dyn Vfs>,
     dir: PathBuf,
 }
 
 impl LedgerDir {
-    pub fn open(data_dir: &Path) -> io::Result<LedgerDir> {
+    pub fn open(vfs: Arc<dyn Vfs>, data_dir: &Path) -> io::Result<LedgerDir> {
         let dir = data_dir.join("relay");
-        crate::store::create_private_dir(&dir)?;
-        Ok(LedgerDir { dir })
+        if !vfs.exists(&dir) {
+            vfs.create_dir_all(&dir)?;
+            vfs.sync_dir(data_dir)?;
+        }
+        Ok(LedgerDir { vfs, dir })
+    }
+
+    /// The control stream's saved position, if any.
+    pub fn load_control(&self, session: &str) -> Option<Vec<u8>> {
+        self.vfs.read(&self.control_path(session)).ok()
+    }
+
+    /// Saves the control stream's position, atomically and durably.
+    pub fn save_control(&self, session: &str, bytes: &[u8]) -> io::Result<()> {
+        self.vfs.write_atomic(&self.control_path(session), bytes)
     }
 
     /// Where the control stream of `session` was read up to.
-    pub fn control_path(&self, session: &str) -> PathBuf {
+    fn control_path(&self, session: &str) -> PathBuf {
         self.dir.join(format!("{session}.control.json"))
     }
 
@@ -92,7 +109,7 @@ impl LedgerDir {
     /// The session's ledger; a fresh one when none was written yet. A ledger that cannot be
     /// parsed is an error, never silently reset (that could send everything twice).
     pub fn load(&self, session: &str) -> io::Result<Ledger> {
-        match std::fs::read(self.path(session)) {
+        match self.vfs.read(&self.path(session)) {
             Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
                 io::Error::new(
                     io::ErrorKind::InvalidData,
@@ -106,7 +123,7 @@ impl LedgerDir {
 
     pub fn save(&self, session: &str, ledger: &Ledger) -> io::Result<()> {
         let bytes = serde_json::to_vec(ledger).map_err(io::Error::other)?;
-        crate::store::write_atomic(&self.path(session), &bytes)
+        self.vfs.write_atomic(&self.path(session), &bytes)
     }
 }
 
@@ -117,7 +134,7 @@ mod tests {
     #[test]
     fn a_ledger_survives_a_round_trip_and_a_missing_one_is_fresh() {
         let tmp = tempfile::tempdir().unwrap();
-        let dir = LedgerDir::open(tmp.path()).unwrap();
+        let dir = LedgerDir::open(crate::vfs::os(), tmp.path()).unwrap();
         assert_eq!(dir.load("s1").unwrap(), Ledger::default());
         let l = Ledger {
             target: "http://h/v1/stream/m".into(),

@@ -233,7 +233,7 @@ impl Relay {
         config: &RelayConfig,
         data_dir: &std::path::Path,
     ) -> std::io::Result<Arc<Relay>> {
-        let ledgers = LedgerDir::open(data_dir)?;
+        let ledgers = LedgerDir::open(store.vfs(), data_dir)?;
         let settings = Arc::new(Settings::build(config, 0));
         if let Some(e) = &settings.error {
             tracing::error!(error = %e, "the relay cannot run");

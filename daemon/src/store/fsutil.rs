@@ -1,53 +1,10 @@
-//! Small file-system helpers: private files and directories, the data-dir lock.
+//! Small file-system helpers: the descriptor limit, the data-dir lock, saving a byte range.
 
-use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::path::Path;
 
 use super::StoreError;
 use crate::vfs::{LockError, Vfs, VfsFile, VfsLock};
-
-/// Options for a file only its owner may read: session data is the user's own business.
-pub fn private_file() -> OpenOptions {
-    let mut o = OpenOptions::new();
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
-    o
-}
-
-pub fn create_private_dir(path: &Path) -> io::Result<()> {
-    let mut builder = fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder.create(path)
-}
-
-pub fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
-/// Opens `path` (owner-only, created if missing) for appending.
-pub fn private_append(path: &Path) -> io::Result<File> {
-    private_file().append(true).create(true).open(path)
-}
-
-/// Writes `path` atomically and durably: a temporary file beside it, synced, renamed over it,
-/// and the directory synced. Readers see the old bytes or the new, never a mix.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = std::path::PathBuf::from(tmp);
-    let mut f = private_file()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&tmp)?;
-    io::Write::write_all(&mut f, bytes)?;
-    f.sync_all()?;
-    fs::rename(&tmp, path)?;
-    sync_dir(path.parent().unwrap_or(Path::new(".")))
-}
 
 /// The process's limit on open descriptors, where the OS reports one.
 pub fn open_file_limit() -> Option<u64> {

@@ -25,7 +25,7 @@ mod gaps;
 pub mod index;
 mod open;
 #[cfg(test)]
-mod power_loss;
+pub(crate) mod power_loss;
 mod reader;
 pub mod record;
 mod recovery;
@@ -43,7 +43,6 @@ use serde_json::value::RawValue;
 
 pub use commit::Ack;
 pub use error::StoreError;
-pub use fsutil::{create_private_dir, private_append, write_atomic};
 pub use reader::{QueryFilter, ReadPage, read_range};
 pub use repair::RepairReport;
 pub use session::{EventJson, Quarantine, Session, SessionMeta, SessionState};
@@ -154,7 +153,9 @@ struct Inner {
     /// One repair at a time.
     repairing: tokio::sync::Mutex<()>,
     vfs: Arc<dyn Vfs>,
-    _lock: VfsLock,
+    /// Held until `shutdown` has synced everything, then released: the next daemon may
+    /// start at once, whoever still holds a handle to this store.
+    lock: std::sync::Mutex<Option<VfsLock>>,
 }
 
 /// Handle to the store; cheap to clone.
@@ -216,7 +217,7 @@ impl Store {
             commit: RwLock::new(Some(tx)),
             repairing: tokio::sync::Mutex::new(()),
             vfs,
-            _lock: lock,
+            lock: std::sync::Mutex::new(Some(lock)),
         });
         let store = Store { inner };
         let mut notes = Vec::new();
@@ -271,6 +272,11 @@ impl Store {
                 .await?;
         }
         Ok((store, notes))
+    }
+
+    /// The file layer the store runs on, for the other durable state beside the logs.
+    pub fn vfs(&self) -> Arc<dyn Vfs> {
+        self.inner.vfs.clone()
     }
 
     pub fn stats(&self) -> &StoreStats {
@@ -515,7 +521,8 @@ impl Store {
         Ok(report)
     }
 
-    /// Writes and syncs every append queued before this call; later ones are refused.
+    /// Writes and syncs every append queued before this call; later ones are refused. Then
+    /// releases the data directory for the next daemon.
     pub async fn shutdown(&self) {
         let Some(tx) = self.inner.commit.write().unwrap().take() else {
             return;
@@ -524,6 +531,7 @@ impl Store {
         if tx.send(CommitMsg::Shutdown { done }).is_ok() {
             let _ = rx.await;
         }
+        self.inner.lock.lock().unwrap().take();
     }
 }
 

@@ -10,6 +10,9 @@
 //! - no LSN is ever given to two different events, across all restarts: an event acknowledged
 //!   or read once and lost in a crash leaves its LSN unused.
 //!
+//! The checkpoints' own files (markers, journal, grants) get the same treatment in
+//! `checkpoint/power_loss.rs`.
+//!
 //! `cargo test -p dstream-daemon --lib power_loss` runs a bounded number of seeds.
 //! `DSTREAM_SIM_SEED=<n>` replays one seed exactly; `DSTREAM_SIM_SECONDS=<s>` runs new seeds
 //! for that long and reports iterations per second (use `--release -- --nocapture`).
@@ -24,7 +27,7 @@ use crate::config::FsyncPolicy;
 use crate::hub::Hub;
 use crate::vfs::sim::{SimRng, SimVfs};
 
-const DATA: &str = "/home/user/.local/share/dstream";
+pub(crate) const DATA: &str = "/home/user/.local/share/dstream";
 
 /// What the test knows of one LSN of one session.
 #[derive(Debug, Clone)]
@@ -60,7 +63,7 @@ fn event(kind: &str, n: u64, pad: usize) -> NewEventRaw {
     .unwrap()
 }
 
-fn settings(rng: &mut SimRng) -> StoreSettings {
+pub(crate) fn settings(rng: &mut SimRng) -> StoreSettings {
     let fsync = match rng.below(3) {
         0 => FsyncPolicy::Always,
         1 => FsyncPolicy::Interval,
@@ -78,7 +81,20 @@ fn settings(rng: &mut SimRng) -> StoreSettings {
     }
 }
 
-fn fail(seed: u64, what: String) -> ! {
+/// A simulated disk where the user's home exists and is durable; the data directory is the
+/// daemon's to make.
+pub(crate) fn new_disk() -> SimVfs {
+    use crate::vfs::Vfs as _;
+    let vfs = SimVfs::new();
+    let home = Path::new(DATA).parent().unwrap();
+    vfs.create_dir_all(home).unwrap();
+    for dir in home.ancestors() {
+        vfs.sync_dir(dir).unwrap();
+    }
+    vfs
+}
+
+pub(crate) fn fail(seed: u64, what: String) -> ! {
     panic!("power-loss simulation, seed {seed}: {what}\nreplay: DSTREAM_SIM_SEED={seed}");
 }
 
@@ -260,16 +276,7 @@ async fn run_seed(seed: u64) -> Totals {
     let mut rng = SimRng::new(seed);
     let settings = settings(&mut rng);
     let policy = settings.fsync;
-    let mut vfs = SimVfs::new();
-    // The user's home exists and is durable; the data directory is the daemon's to make.
-    {
-        use crate::vfs::Vfs as _;
-        let home = Path::new(DATA).parent().unwrap();
-        vfs.create_dir_all(home).unwrap();
-        for dir in home.ancestors() {
-            vfs.sync_dir(dir).unwrap();
-        }
-    }
+    let mut vfs = new_disk();
     let mut model = Model::default();
     let mut totals = Totals::default();
     let data = Path::new(DATA);
@@ -327,7 +334,7 @@ async fn run_seed(seed: u64) -> Totals {
     totals
 }
 
-fn runtime() -> tokio::runtime::Runtime {
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
