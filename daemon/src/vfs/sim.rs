@@ -334,6 +334,25 @@ impl SimVfs {
         )
     }
 
+    /// Overwrites one durable byte of a file, as a failing disk would (not a crash): what
+    /// `repair` is for.
+    pub fn damage(&self, path: &Path, offset: u64, byte: u8) -> bool {
+        let mut disk = self.disk.lock().unwrap();
+        let Some(ino) = disk.lookup(&components(path)) else {
+            return false;
+        };
+        let Ok(f) = disk.file_mut(ino) else {
+            return false;
+        };
+        let at = offset as usize;
+        if at >= f.data.len() || at >= f.durable.len() {
+            return false;
+        }
+        f.data[at] = byte;
+        f.durable[at] = byte;
+        true
+    }
+
     /// A file's current content, for checks in tests.
     pub fn contents(&self, path: &Path) -> Option<Vec<u8>> {
         let disk = self.disk.lock().unwrap();
