@@ -160,6 +160,10 @@ pub(crate) struct Committer {
     failed: Option<String>,
     /// Sessions whose lease record is written but not synced.
     leases_unsynced: Vec<Arc<Session>>,
+    /// Sessions holding a lease record in this WAL epoch: a checkpoint ends their leases.
+    /// (Not the same as `dirty`: a batch that triggers a checkpoint writes its leases into the
+    /// new epoch after `dirty` was cleared.)
+    leased: HashMap<String, Arc<Session>>,
     /// Sessions with acknowledged events the next WAL sync makes durable, and the last LSN.
     awaiting_sync: Vec<(Arc<Session>, u64)>,
 }
@@ -210,6 +214,7 @@ impl Committer {
             last_sync: Instant::now(),
             failed: None,
             leases_unsynced: Vec::new(),
+            leased: HashMap::new(),
             awaiting_sync: Vec::new(),
         }
     }
@@ -348,11 +353,13 @@ impl Committer {
         for session in self.dirty.values() {
             // After the logs are synced: an index entry never points past what a crash keeps.
             save_index(&*self.vfs, session);
-            // Leases live in the WAL epoch; the next append in the new one takes a new lease.
+        }
+        self.dirty.clear();
+        // Leases live in the WAL epoch; the next append in the new one takes a new lease.
+        for (_, session) in self.leased.drain() {
             let mut state = session.writer.lock().unwrap();
             (state.lease, state.lease_synced, state.lease_step) = (0, 0, 0);
         }
-        self.dirty.clear();
         if let Err(e) = self.wal.reset() {
             self.fail(format!("restarting the write-ahead log failed: {e}"));
         }
@@ -456,6 +463,7 @@ impl Committer {
             let mut state = session.writer.lock().unwrap();
             (state.lease, state.lease_step) = (upto, step);
             drop(state);
+            self.leased.insert(session.id.clone(), session.clone());
             self.leases_unsynced.push(session);
         }
         if must_sync {
