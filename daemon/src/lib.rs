@@ -26,6 +26,7 @@
 pub mod checkpoint;
 pub mod config;
 mod connection;
+pub mod event_types;
 mod follower;
 mod frame;
 pub mod hub;

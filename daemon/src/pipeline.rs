@@ -1120,6 +1120,9 @@ fn normalize(
         ));
     }
     match event.get("type") {
+        Some(Json::String(t)) if crate::event_types::daemon_only(t) => {
+            return Err(crate::event_types::refusal(t));
+        }
         Some(Json::String(t)) if !t.is_empty() => {}
         _ => return Err("emitted an event without a string `type`".into()),
     }

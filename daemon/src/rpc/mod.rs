@@ -495,6 +495,12 @@ async fn append(
         check_session_id(s, "event.stream_id")?;
     }
     crate::store::validate_event(&p.event).map_err(|m| RpcError::new(codes::INVALID_PARAMS, m))?;
+    if crate::event_types::daemon_only(&p.event.event_type) {
+        return Err(RpcError::new(
+            codes::INVALID_PARAMS,
+            crate::event_types::refusal(&p.event.event_type),
+        ));
+    }
     // Every reader must be able to parse what is stored, inside its own frame.
     for (name, value) in [
         ("event.payload", &p.event.payload),
