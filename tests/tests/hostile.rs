@@ -81,3 +81,32 @@ fn a_client_or_plugin_cannot_forge_a_decision_even_across_a_restart() {
         .collect();
     assert_eq!(ids, [id.as_str()], "{pending}");
 }
+
+#[test]
+fn a_symlink_planted_as_a_log_is_never_followed() {
+    let mut d = Daemon::start_with("");
+    let mut c = d.client();
+    c.append("fine", "user.input", json!({"text": "before"}));
+    let outside = d.dir().join("outside.jsonl");
+    fs::write(&outside, b"").unwrap();
+    std::os::unix::fs::symlink(&outside, d.sessions_dir().join("evil.jsonl")).unwrap();
+    let e = c.err(
+        "append",
+        json!({"session_id": "evil", "event": {"type": "user.input", "payload": {"text": "x"}}}),
+    );
+    assert!(e.message.contains("symbolic link"), "{e}");
+    assert_eq!(
+        fs::read(&outside).unwrap(),
+        b"",
+        "nothing written through the link"
+    );
+    // A restart skips it (with an error in the log) instead of refusing to start.
+    drop(c);
+    d.stop();
+    d.restart();
+    let mut c = d.client();
+    assert_eq!(c.read_all("fine").len(), 1);
+    c.append("fine", "user.input", json!({"text": "after"}));
+    assert!(d.stderr().contains("symbolic link"), "{}", d.stderr());
+    assert_eq!(fs::read(&outside).unwrap(), b"");
+}

@@ -92,8 +92,15 @@ pub(crate) fn open_blocking(
                 scope.spawn(|| {
                     chunk
                         .into_iter()
-                        .map(|id| {
-                            recover_session(vfs, &sessions_dir, &quarantine_dir, id, settings)
+                        .filter_map(|id| {
+                            match recover_session(vfs, &sessions_dir, &quarantine_dir, id, settings)
+                            {
+                                // Left alone (and not followed): the log says so.
+                                Err(StoreError::Io { context, .. }) if context == SYMLINKED_LOG => {
+                                    None
+                                }
+                                other => Some(other),
+                            }
                         })
                         .collect::<Result<Vec<_>, _>>()
                 })
@@ -232,6 +239,9 @@ fn keep_legacy_records(
     Ok(())
 }
 
+/// The context of the error for a log that is a symlink (skipped at start).
+const SYMLINKED_LOG: &str = "a session log is a symbolic link";
+
 pub(crate) fn stamp() -> u64 {
     commit::now_ms()
 }
@@ -246,9 +256,13 @@ pub(crate) fn recover_session(
     let ctx = |context: &'static str| move |e: io::Error| StoreError::io(context, &e);
     let path = sessions_dir.join(format!("{id}.jsonl"));
     let idx_path = path.with_extension("idx");
-    let file = vfs
-        .open(&path, Open::Existing)
-        .map_err(ctx("opening a log"))?;
+    let file = match vfs.open(&path, Open::Existing) {
+        Err(e) if crate::vfs::is_symlink_refusal(&e) => {
+            tracing::error!(session = %id, path = %path.display(), "this log is a symbolic link: it is not followed, and the session is skipped");
+            return Err(StoreError::io(SYMLINKED_LOG, &e));
+        }
+        opened => opened.map_err(ctx("opening a log"))?,
+    };
     let loaded = SparseIndex::load(vfs, &idx_path).unwrap_or_else(|e| {
         tracing::warn!(session = %id, error = %e, "index unreadable; rebuilding");
         None

@@ -185,8 +185,21 @@ impl VfsFile for OsFile {
 fn private_options() -> OpenOptions {
     let mut o = OpenOptions::new();
     #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        // A symlink planted where a log belongs would send acknowledged events outside the
+        // data directory: refuse to follow it (ELOOP).
+        o.mode(0o600).custom_flags(libc::O_NOFOLLOW);
+    }
     o
+}
+
+/// Whether `e` is the refusal to open a symlink (see `private_options`).
+pub fn is_symlink_refusal(e: &io::Error) -> bool {
+    #[cfg(unix)]
+    return e.raw_os_error() == Some(libc::ELOOP);
+    #[cfg(not(unix))]
+    return false;
 }
 
 impl Vfs for OsVfs {
