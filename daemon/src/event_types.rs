@@ -1,16 +1,17 @@
 //! The event types only the daemon writes.
 //!
 //! The daemon rebuilds its state from its own events (checkpoint decisions from
-//! `checkpoint.*`, LSN gaps from `log.recovered`, remote stops from `agent.aborted`), so a
-//! client or plugin that could write one could speak for the daemon: append
+//! `checkpoint.*`) and reports through others (`log.recovered`, `plugin.error`, the relay's),
+//! so a client or plugin that could write one could speak for the daemon: append
 //! `checkpoint.approved` and approve its own tool call after the next restart. `append`
-//! refuses these types, and so does the pipeline for events a plugin emits.
+//! refuses these types, and so does the pipeline for events a plugin emits. (`agent.aborted`
+//! is not among them: agents report their own aborts, which the mappings store.)
 
 /// Type prefixes reserved to the daemon.
 pub const DAEMON_PREFIXES: &[&str] = &["checkpoint.", "relay.", "usage.budget"];
 
 /// Whole types reserved to the daemon.
-pub const DAEMON_TYPES: &[&str] = &["log.recovered", "agent.aborted", "plugin.error"];
+pub const DAEMON_TYPES: &[&str] = &["log.recovered", "plugin.error"];
 
 /// Whether only the daemon may write events of type `t` (compared without regard to ASCII
 /// case, so `Checkpoint.Approved` is no way around it).
@@ -41,7 +42,7 @@ mod tests {
             "CHECKPOINT.requested",
             "checkpoint.",
             "log.recovered",
-            "Agent.Aborted",
+            "Log.Recovered",
             "relay.control_rejected",
             "plugin.error",
             "usage.budget_exceeded",
@@ -54,6 +55,7 @@ mod tests {
             "log.recoveredx",
             "execution.tool_use",
             "lifecycle.session.ended",
+            "agent.aborted",
             "usage.request",
         ] {
             assert!(!daemon_only(t), "{t}");

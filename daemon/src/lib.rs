@@ -31,6 +31,7 @@ mod follower;
 mod frame;
 pub mod hub;
 mod jsonscan;
+pub mod lossy_json;
 mod outbound;
 pub mod pipeline;
 pub mod plugins;
@@ -40,6 +41,7 @@ pub mod server;
 pub mod state;
 pub mod store;
 mod subscription;
+mod tool_request;
 pub mod vfs;
 pub mod watch;
 

@@ -307,13 +307,20 @@ fn process(
             draft
                 .event
                 .insert("session_id".into(), Json::String(draft.session_id.clone()));
+            let passing = draft
+                .event
+                .get("type")
+                .and_then(Json::as_str)
+                .map(str::to_string);
             let event = Arc::new(Json::Object(draft.event));
             let out = plugin
                 .call(Hooks::PROCESS, Input::Event(event.clone()))
                 .map_err(|f| (f.error.to_string(), Some(f)))
                 .and_then(|out| {
                     out.into_iter()
-                        .map(|e| normalize(e, &draft.session_id, source, raw, false))
+                        .map(|e| {
+                            normalize(e, &draft.session_id, source, raw, false, passing.as_deref())
+                        })
                         .collect::<Result<Vec<_>, _>>()
                         .map_err(|why| (why, None))
                 });
@@ -408,8 +415,10 @@ impl Worker {
             session_id,
             done,
         } = ingest;
-        // Valid JSON: the socket layer parsed it already.
-        let raw: Arc<Json> = Arc::new(serde_json::from_str(raw.get()).unwrap_or(Json::Null));
+        // Well formed (the socket layer checked); what cannot be represented (a lone
+        // surrogate, 1e999) is repaired rather than lost, so the call still gets its decision.
+        let raw: Arc<Json> =
+            Arc::new(crate::lossy_json::parse(raw.get()).map_or(Json::Null, |(v, _)| v));
         let fallback = fallback_session(&source, session_id.as_deref(), &raw);
         let mut drafts = Vec::new();
         let mut notes = Vec::new();
@@ -431,7 +440,7 @@ impl Worker {
                 match plugin.call(Hooks::MAP, input) {
                     Ok(events) => {
                         for e in events {
-                            match normalize(e, &fallback, &source, &raw, keep_raw) {
+                            match normalize(e, &fallback, &source, &raw, keep_raw, None) {
                                 Ok(d) => drafts.push(d),
                                 Err(why) => {
                                     notes.push(plugin_error(plugin, "map", &why, None, &fallback));
@@ -459,7 +468,23 @@ impl Worker {
         // decide
         let mut decision = None;
         let mut decided = Vec::with_capacity(drafts.len() + 1);
-        for mut draft in drafts {
+        // A tool call the mapping lost (it failed, was disabled, or a filter dropped the
+        // event) is still decided: on what the daemon itself can read of the raw event.
+        let mut saw_request = false;
+        let mut drafts: VecDeque<Draft> = drafts.into();
+        let mut rescued = false;
+        loop {
+            let mut draft = match drafts.pop_front() {
+                Some(d) => d,
+                None if !saw_request && !rescued => {
+                    rescued = true;
+                    match crate::tool_request::from_raw(&source, &raw) {
+                        Some(req) => rescued_request(&source, &fallback, req),
+                        None => break,
+                    }
+                }
+                None => break,
+            };
             let Some(kind) = request_kind(&draft.event) else {
                 if draft.event.get("type").and_then(Json::as_str) == Some("user.input") {
                     // A person prompted the agent again: a remote stop has done its job.
@@ -468,6 +493,7 @@ impl Worker {
                 decided.push(draft);
                 continue;
             };
+            saw_request = true;
             let cause = ensure_id(&mut draft.event);
             let (verdict, follow_up) =
                 self.verdict(set, policy, &source, &raw, &draft, kind, &cause, &mut notes);
@@ -1047,6 +1073,29 @@ fn fallback_session(source: &str, given: Option<&str>, raw: &Json) -> String {
     format!("{source}-unassigned")
 }
 
+/// A tool call read from the raw event by the daemon itself, for the decision the mapping
+/// did not ask for.
+fn rescued_request(source: &str, fallback: &str, req: crate::tool_request::ToolRequest) -> Draft {
+    let mut payload = json!({
+        "phase": "requested",
+        "tool": req.tool,
+        "input": req.input,
+        "rescued": "the mapping produced no request for this tool call; read by the daemon",
+    });
+    if let Some(id) = req.tool_use_id {
+        payload["tool_use_id"] = json!(id);
+    }
+    Draft {
+        session_id: req.session_id.unwrap_or_else(|| fallback.to_string()),
+        event: object(json!({
+            "type": "execution.tool_use",
+            "actor": source,
+            "payload": payload,
+            "metadata": {"source": source},
+        })),
+    }
+}
+
 fn unmapped(source: &str, session: &str, raw: &Json, error: Option<&str>) -> Draft {
     let mut payload = Map::new();
     payload.insert("source".into(), json!(source));
@@ -1103,12 +1152,15 @@ const FIELDS: &[&str] = &[
 
 /// Checks an event a plugin emitted and fills what the pipeline owes it: the session, the
 /// source in `metadata`, and (for a mapping) the raw event, unless the plugin set `raw`.
+/// `passing`: the type of the event a filter was given, which it may pass on even when only
+/// the daemon may write that type (a filter sees the daemon's own checkpoint requests).
 fn normalize(
     emitted: Json,
     session: &str,
     source: &str,
     raw: &Json,
     attach_raw: bool,
+    passing: Option<&str>,
 ) -> Result<Draft, String> {
     let Json::Object(mut event) = emitted else {
         return Err("emitted a value that is not an event table".into());
@@ -1120,7 +1172,7 @@ fn normalize(
         ));
     }
     match event.get("type") {
-        Some(Json::String(t)) if crate::event_types::daemon_only(t) => {
+        Some(Json::String(t)) if crate::event_types::daemon_only(t) && passing != Some(t) => {
             return Err(crate::event_types::refusal(t));
         }
         Some(Json::String(t)) if !t.is_empty() => {}

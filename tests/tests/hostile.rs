@@ -30,7 +30,7 @@ fn a_client_or_plugin_cannot_forge_a_decision_even_across_a_restart() {
         "checkpoint.approved",
         "Checkpoint.Approved",
         "log.recovered",
-        "agent.aborted",
+        "plugin.error",
     ] {
         let e = c.err(
             "append",
@@ -109,4 +109,90 @@ fn a_symlink_planted_as_a_log_is_never_followed() {
     c.append("fine", "user.input", json!({"text": "after"}));
     assert!(d.stderr().contains("symbolic link"), "{}", d.stderr());
     assert_eq!(fs::read(&outside).unwrap(), b"");
+}
+
+/// `dstream hook claude-code` with `stdin` as the raw event; its stdout.
+fn run_hook(socket: &std::path::Path, stdin: &str) -> String {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(dstream_tests::daemon_bin())
+        .args(["hook", "claude-code"])
+        .env("DSTREAM_SOCKET", socket)
+        .env_remove("DSTREAM_HOOK_FAIL_CLOSED")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn a_deny_rule_holds_whatever_else_the_tool_input_carries() {
+    let d = Daemon::start_with(
+        "[[checkpoints.rules]]\ntool = \"Bash\"\ninput = \"rm -rf *\"\naction = \"deny\"\n",
+    );
+    let deep = format!("{}1{}", "[".repeat(90), "]".repeat(90));
+    let cases = [
+        ("lone-surrogate", r#""junk":"\udc80""#.to_string()),
+        ("huge-number", r#""n":1e999"#.to_string()),
+        ("deep", format!(r#""deep":{deep}"#)),
+    ];
+    for (name, extra) in cases {
+        let event = format!(
+            r#"{{"hook_event_name":"PreToolUse","session_id":"deny-{name}","tool_name":"Bash","tool_input":{{"command":"rm -rf /","description":"x",{extra}}},"tool_use_id":"toolu_{name}"}}"#
+        );
+        let printed = run_hook(&d.socket(), &event);
+        let v: Value = serde_json::from_str(printed.trim())
+            .unwrap_or_else(|e| panic!("{name}: the hook printed no decision ({e}): {printed:?}"));
+        assert_eq!(
+            v["hookSpecificOutput"]["permissionDecision"], "deny",
+            "{name}: {v}"
+        );
+    }
+}
+
+#[test]
+fn a_tool_call_the_plugins_lose_is_still_decided() {
+    let d = Daemon::start_with(
+        "[[checkpoints.rules]]\ntool = \"Bash\"\ninput = \"rm -rf *\"\naction = \"deny\"\n",
+    );
+    // A filter that drops every tool call: the mapping's request never reaches policy.
+    let dir = d.plugin_dir();
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(
+        dir.join("dropper.lua"),
+        r#"
+        local M = { name = "dropper", api = 1 }
+        function M.process(event, emit)
+          if event.type ~= "execution.tool_use" then emit(event) end
+        end
+        return M
+        "#,
+    )
+    .unwrap();
+    d.client().ok("plugins.reload", json!({}));
+    let event = r#"{"hook_event_name":"PreToolUse","session_id":"lost-1","tool_name":"Bash","tool_input":{"command":"rm -rf /"},"tool_use_id":"toolu_lost"}"#;
+    let printed = run_hook(&d.socket(), event);
+    let v: Value = serde_json::from_str(printed.trim())
+        .unwrap_or_else(|e| panic!("the hook printed no decision ({e}): {printed:?}"));
+    assert_eq!(v["hookSpecificOutput"]["permissionDecision"], "deny", "{v}");
+    // The log says the daemon read the call itself.
+    let events = d.client().read_all("lost-1");
+    let rescued = of_type(&events, "execution.tool_use");
+    assert_eq!(rescued.len(), 1, "{events:?}");
+    assert!(rescued[0]["payload"]["rescued"].is_string(), "{events:?}");
+    assert_eq!(
+        of_type(&events, "checkpoint.rejected").len(),
+        1,
+        "{events:?}"
+    );
 }

@@ -343,17 +343,36 @@ fn read_input(reader: &mut impl Read) -> Input {
         }
         Ok(_) => None,
     };
+    // What JSON cannot represent (a lone surrogate, 1e999) is repaired and what nests too deep
+    // is kept as text, rather than the whole event becoming one string: the daemon must still
+    // read the tool call to decide it.
     let parsed = match altered {
-        None => match serde_json::from_slice::<Value>(&bytes) {
-            Ok(v) if depth(&v) > MAX_EVENT_DEPTH => {
-                altered = Some(format!(
-                    "the event nests deeper than {MAX_EVENT_DEPTH} levels"
-                ));
-                None
+        None => match std::str::from_utf8(&bytes)
+            .ok()
+            .and_then(dstream_daemon::lossy_json::parse)
+        {
+            Some((mut v, repaired)) => {
+                if repaired {
+                    altered = Some(
+                        "values JSON cannot represent (a lone surrogate, a number beyond \
+                         f64) were replaced"
+                            .into(),
+                    );
+                }
+                if depth(&v) > MAX_EVENT_DEPTH {
+                    cut_deep(&mut v, MAX_EVENT_DEPTH);
+                    altered = Some(format!(
+                        "parts nested deeper than {MAX_EVENT_DEPTH} levels are kept as text"
+                    ));
+                }
+                Some(v)
             }
-            Ok(v) => Some(v),
-            Err(e) => {
-                altered = Some(format!("stdin is not JSON: {e}"));
+            None => {
+                let why = match serde_json::from_slice::<Value>(&bytes) {
+                    Err(e) => e.to_string(),
+                    Ok(_) => "not UTF-8".into(),
+                };
+                altered = Some(format!("stdin is not JSON: {why}"));
                 None
             }
         },
@@ -383,6 +402,26 @@ fn read_input(reader: &mut impl Read) -> Input {
 
 /// How deeply arrays and objects nest in `v` (0 for a scalar). serde_json's parser stops at
 /// 128 levels, so the recursion is bounded.
+/// Replaces every array or object found `levels` deep with its JSON text.
+fn cut_deep(v: &mut Value, levels: usize) {
+    let children: Vec<&mut Value> = match v {
+        Value::Array(a) => a.iter_mut().collect(),
+        Value::Object(m) => m.values_mut().collect(),
+        _ => return,
+    };
+    if levels <= 1 {
+        for c in children {
+            if matches!(c, Value::Array(_) | Value::Object(_)) {
+                *c = Value::String(c.to_string());
+            }
+        }
+        return;
+    }
+    for c in children {
+        cut_deep(c, levels - 1);
+    }
+}
+
 fn depth(v: &Value) -> usize {
     match v {
         Value::Array(a) => 1 + a.iter().map(depth).max().unwrap_or(0),
