@@ -334,7 +334,10 @@ impl Committer {
         }
         // Under every policy, `never` included: the WAL's records (and the leases that keep
         // LSNs from being handed out twice) are about to be overwritten.
-        if let Some(reason) = sync_logs(self.dirty.values().collect()) {
+        // In a fixed order (by id), so that a simulated disk sees the same calls every run.
+        let mut dirty: Vec<&Arc<Session>> = self.dirty.values().collect();
+        dirty.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+        if let Some(reason) = sync_logs(dirty, self.vfs.concurrent()) {
             self.fail(reason);
             return;
         }
@@ -350,7 +353,9 @@ impl Committer {
         }
         // Whatever the WAL held is in the synced logs now.
         self.synced();
-        for session in self.dirty.values() {
+        let mut dirty: Vec<&Arc<Session>> = self.dirty.values().collect();
+        dirty.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+        for session in dirty {
             // After the logs are synced: an index entry never points past what a crash keeps.
             save_index(&*self.vfs, session);
         }
@@ -726,7 +731,7 @@ fn save_index(vfs: &dyn Vfs, session: &Session) {
 const CHECKPOINT_THREADS: usize = 8;
 
 /// Syncs the logs of `sessions`; the first failure, if any.
-fn sync_logs(sessions: Vec<&Arc<Session>>) -> Option<String> {
+fn sync_logs(sessions: Vec<&Arc<Session>>, concurrent: bool) -> Option<String> {
     let sync = |chunk: &[&Arc<Session>]| {
         chunk.iter().find_map(|s| {
             let synced = s.read_handle().and_then(|f| f.sync());
@@ -735,7 +740,7 @@ fn sync_logs(sessions: Vec<&Arc<Session>>) -> Option<String> {
                 .map(|e| format!("syncing the log of {} failed: {e}", s.id))
         })
     };
-    if sessions.len() <= 1 {
+    if sessions.len() <= 1 || !concurrent {
         return sync(&sessions);
     }
     let per_thread = sessions.len().div_ceil(CHECKPOINT_THREADS);

@@ -78,9 +78,12 @@ pub(crate) fn open_blocking(
     }
 
     // Recover logs in parallel: the work is reading and checksumming, one file per thread.
-    let threads = std::thread::available_parallelism()
-        .map_or(2, |n| n.get())
-        .min(ids.len().max(1));
+    ids.sort_unstable();
+    let threads = match vfs.concurrent() {
+        true => std::thread::available_parallelism().map_or(2, |n| n.get()),
+        false => 1,
+    }
+    .min(ids.len().max(1));
     let chunks: Vec<Vec<String>> = (0..threads)
         .map(|t| ids.iter().skip(t).step_by(threads).cloned().collect())
         .collect();
@@ -156,6 +159,8 @@ fn replay_wal(
             }
         }
     }
+    let mut logs: Vec<_> = logs.into_iter().collect();
+    logs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     for (id, (file, bytes)) in logs {
         file.sync().map_err(ctx("replaying the write-ahead log"))?;
         tracing::debug!(session = %id, bytes, "wrote back records from the write-ahead log");
@@ -227,6 +232,8 @@ fn keep_legacy_records(
     for (id, line) in legacy {
         by_session.entry(id).or_default().extend_from_slice(&line);
     }
+    let mut by_session: Vec<_> = by_session.into_iter().collect();
+    by_session.sort_unstable();
     for (id, lines) in by_session {
         if dstream_sdk::validate_session_id(&id).is_err() {
             continue;

@@ -53,6 +53,8 @@ pub(crate) fn repair_log(
     let mut jumps = old.jumps.clone();
     let mut lost = Vec::new();
     let mut lines_after_prefix = 0u64;
+    // The highest LSN any line may have carried, damaged ones included.
+    let mut upper = 0u64;
     let mut at = 0usize;
     while at < data.len() {
         let end = memchr::memchr(b'\n', &data[at..]).map_or(data.len(), |i| at + i + 1);
@@ -75,13 +77,20 @@ pub(crate) fn repair_log(
                 kept_records += 1;
                 last = lsn;
             }
-            None => bad.extend_from_slice(line),
+            None => {
+                // A damaged line may have held an LSN above every good one (after a recorded
+                // gap, say): its own prefix if still readable, else at least one more.
+                upper = upper.max(record::lsn_of(line).unwrap_or(0)).max(upper + 1);
+                bad.extend_from_slice(line);
+            }
         }
+        upper = upper.max(last);
         at = end;
     }
     // Every line past the good prefix may have carried one LSN, and LSNs were dense: nothing
     // at or below this bound is handed out again.
     let highest = last
+        .max(upper)
         .max(quarantine.last_good_lsn + lines_after_prefix)
         .max(old.next_lsn.saturating_sub(1));
     let next_lsn = highest + 1;

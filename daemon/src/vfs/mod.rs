@@ -65,6 +65,12 @@ pub trait Vfs: Send + Sync + fmt::Debug {
     /// The names in `dir`.
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<OsString>>;
     fn exists(&self, path: &Path) -> bool;
+    /// Whether callers may spread work over threads. A simulated disk says no: one call at a
+    /// time in a fixed order is what lets a seed replay exactly.
+    fn concurrent(&self) -> bool {
+        true
+    }
+
     /// Takes the exclusive lock of `dir` (one daemon per data directory); `Err(None)` when
     /// another process holds it, with its pid when it wrote one.
     fn lock(&self, dir: &Path) -> Result<VfsLock, LockError>;

@@ -493,6 +493,10 @@ impl VfsFile for SimFile {
 }
 
 impl Vfs for SimVfs {
+    fn concurrent(&self) -> bool {
+        false
+    }
+
     fn open(&self, path: &Path, how: Open) -> io::Result<VfsFileRef> {
         let mut disk = self.disk.lock().unwrap();
         disk.alive()?;
