@@ -23,6 +23,7 @@
 //!
 //! The `dstream` binary (CLI) is built on this crate and on `dstream-sdk`.
 
+mod agent_procs;
 pub mod checkpoint;
 pub mod config;
 mod connection;

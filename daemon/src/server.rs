@@ -147,6 +147,7 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
         _watcher: watcher,
         stats: Default::default(),
         started,
+        agents: Default::default(),
     });
     Ok(Started {
         state,

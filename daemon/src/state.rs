@@ -38,6 +38,8 @@ pub struct DaemonState {
     pub stats: ServerStats,
     pub memory: MemoryBudget,
     pub started: Instant,
+    /// The agents' processes: no decision may come from one of them or their children.
+    pub agents: crate::agent_procs::AgentProcs,
 }
 
 /// Bytes of requests the daemon holds for all clients together (frames being handled,

@@ -54,6 +54,9 @@ pub mod codes {
     pub const CHECKPOINT_DECIDED: i64 = -32011;
     /// The checkpoint's request is still being written; try again shortly.
     pub const CHECKPOINT_NOT_READY: i64 = -32012;
+    /// A checkpoint decision came from an agent's process (or one it started): an agent may
+    /// not release its own brake.
+    pub const DECISION_FROM_AGENT: i64 = -32013;
 }
 
 /// A request frame as the client sends it.

@@ -134,6 +134,49 @@ pub fn claude_pre_tool_use(session: &str, call: &str, command: &str) -> Value {
     })
 }
 
+/// Runs `program args` as a person in another terminal would: not as a descendant of this
+/// test process, which the daemon may know as an agent (it ran hooks) and whose children's
+/// checkpoint decisions it refuses. The program is started by a shell that exits at once, so
+/// it belongs to init; its output is collected through files.
+pub fn run_detached(program: &Path, args: &[&std::ffi::OsStr]) -> std::process::Output {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (out, err, rc) = (
+        dir.path().join("out"),
+        dir.path().join("err"),
+        dir.path().join("rc"),
+    );
+    let script = r#"( "$0" "$@" >"$DS_OUT" 2>"$DS_ERR" </dev/null; echo $? >"$DS_RC.tmp"; mv "$DS_RC.tmp" "$DS_RC" ) &"#;
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg(program)
+        .args(args)
+        .env("DS_OUT", &out)
+        .env("DS_ERR", &err)
+        .env("DS_RC", &rc)
+        .status()
+        .expect("run sh");
+    assert!(status.success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let code = loop {
+        if let Ok(text) = fs::read_to_string(&rc) {
+            break text.trim().parse::<i32>().expect("exit code");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} did not finish",
+            program.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    std::process::Output {
+        status: std::process::ExitStatus::from_raw(code << 8),
+        stdout: fs::read(&out).unwrap_or_default(),
+        stderr: fs::read(&err).unwrap_or_default(),
+    }
+}
+
 /// `dstream hook claude-code` against the daemon at `socket`, with `event` on stdin, left
 /// running (it may wait for a checkpoint).
 pub fn spawn_hook(socket: &Path, event: &Value) -> Child {

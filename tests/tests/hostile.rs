@@ -196,3 +196,51 @@ fn a_tool_call_the_plugins_lose_is_still_decided() {
         "{events:?}"
     );
 }
+
+#[test]
+fn an_agent_cannot_approve_its_own_tool_call() {
+    use std::process::Command;
+    let d = Daemon::start_with(
+        "[[checkpoints.rules]]\ntool = \"Bash\"\ninput = \"git push *\"\naction = \"ask\"\n",
+    );
+    // This test process plays the agent: it runs the hook, which waits for a person.
+    let hook = dstream_tests::spawn_hook(
+        &d.socket(),
+        &dstream_tests::claude_pre_tool_use("self-1", "toolu_self", "git push --force"),
+    );
+    let mut c = d.client();
+    let id = loop {
+        let pending = c.ok("checkpoint.list", json!({"state": "pending"}));
+        if let Some(id) = pending["checkpoints"][0]["id"].as_str() {
+            break id.to_string();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    // Its "Bash tool" runs `dstream approve`: a process under the agent. Refused.
+    let out = Command::new(dstream_tests::daemon_bin())
+        .args(["approve", &id, "--socket"])
+        .arg(d.socket())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("cannot approve its own"), "{said}");
+    // A person in another terminal: accepted, and the agent's call goes ahead.
+    let socket = d.socket();
+    let out = dstream_tests::run_detached(
+        &dstream_tests::daemon_bin(),
+        &[
+            "approve".as_ref(),
+            id.as_ref(),
+            "--socket".as_ref(),
+            socket.as_os_str(),
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let printed = hook.wait_with_output().unwrap();
+    let v: Value = serde_json::from_slice(&printed.stdout).unwrap();
+    assert_eq!(
+        v["hookSpecificOutput"]["permissionDecision"], "allow",
+        "{v}"
+    );
+}

@@ -151,6 +151,16 @@ pub async fn resolve(
     raw: Option<&RawValue>,
 ) -> RpcResult {
     let p: CheckpointResolveParams = params(raw)?;
+    if let Some(agent) = state.agents.agent_above(caller.peer.pid) {
+        return Err(RpcError::new(
+            codes::DECISION_FROM_AGENT,
+            format!(
+                "refused: this decision comes from the agent's own process tree (agent pid \
+                 {agent}); an agent cannot approve its own tool calls. Decide from another \
+                 terminal: `dstream inbox`, `dstream approve`"
+            ),
+        ));
+    }
     let resolution = Resolution {
         decision: p.decision,
         note: p.note,
@@ -198,6 +208,8 @@ pub fn wait(
     id: Option<&RawValue>,
 ) -> Result<Reply, RpcError> {
     let p: CheckpointAwaitParams = params(raw)?;
+    // A waiting hook that reconnected after a restart stands for its agent too.
+    caller.note_agent(state);
     if let Some(s) = &p.session_id {
         check_session_id(s, "session_id")?;
     }

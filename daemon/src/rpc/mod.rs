@@ -41,10 +41,22 @@ pub struct Caller {
     subscriptions: HashMap<String, JoinHandle<()>>,
     /// Requests answered later (`checkpoint.await`): ended with the connection.
     waiting: Vec<JoinHandle<()>>,
+    /// Whether the agent this client sends events for was noted (once per connection).
+    agent_noted: std::sync::atomic::AtomicBool,
     next_subscription: u64,
 }
 
 impl Caller {
+    /// This client sends an agent's events (or waits for its decisions): note the agent.
+    pub(crate) fn note_agent(&self, state: &DaemonState) {
+        if !self
+            .agent_noted
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            state.agents.note_client(self.peer.pid);
+        }
+    }
+
     pub fn new(peer: PeerInfo, out: Outbound) -> Caller {
         Caller {
             peer,
@@ -52,6 +64,7 @@ impl Caller {
             in_flight: Arc::new(Semaphore::new(MAX_APPENDS_IN_FLIGHT)),
             subscriptions: HashMap::new(),
             waiting: Vec::new(),
+            agent_noted: Default::default(),
             next_subscription: 0,
         }
     }
@@ -411,6 +424,7 @@ async fn ingest(
     charge: OwnedSemaphorePermit,
 ) -> Result<Reply, RpcError> {
     let p: IngestParams<Box<RawValue>> = params(raw)?;
+    caller.note_agent(state);
     if p.source.is_empty()
         || p.source.len() > MAX_SOURCE_LEN
         || !p
