@@ -1,7 +1,7 @@
 //! Small file-system helpers: the descriptor limit, the data-dir lock, saving a byte range.
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::StoreError;
 use crate::vfs::{LockError, Vfs, VfsFile, VfsLock};
@@ -34,15 +34,37 @@ pub fn take_lock(vfs: &dyn Vfs, data_dir: &Path) -> Result<VfsLock, StoreError> 
     })
 }
 
-/// Copies `len` bytes at `offset` of `file` into a new file `to`, durably.
+/// Copies `len` bytes at `offset` of `file` into a new file at `to` (or beside it, see
+/// [`write_new_unique`]), durably. Returns where.
 pub fn save_range(
     vfs: &dyn Vfs,
     file: &dyn VfsFile,
     offset: u64,
     len: u64,
     to: &Path,
-) -> io::Result<()> {
+) -> io::Result<PathBuf> {
     let mut bytes = vec![0u8; len as usize];
     crate::vfs::read_exact_at(file, &mut bytes, offset)?;
-    vfs.write_new(to, &bytes)
+    write_new_unique(vfs, to, &bytes)
+}
+
+/// Writes a new file durably at `to`, or, if that name is taken (a restart within the same
+/// millisecond, a clock set back), at `to.1`, `to.2`, …: what is kept aside never overwrites
+/// what was kept aside before. Returns where.
+pub fn write_new_unique(vfs: &dyn Vfs, to: &Path, bytes: &[u8]) -> io::Result<PathBuf> {
+    let mut path = to.to_path_buf();
+    for n in 1..=1000 {
+        match vfs.write_new(&path, bytes) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                let mut name = to.as_os_str().to_owned();
+                name.push(format!(".{n}"));
+                path = PathBuf::from(name);
+            }
+            other => return other.map(|()| path),
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        format!("{} and 1000 names beside it exist", to.display()),
+    ))
 }

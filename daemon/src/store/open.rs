@@ -239,7 +239,7 @@ fn keep_legacy_records(
             continue;
         }
         let to = quarantine_dir.join(format!("{id}.{}.wal", stamp()));
-        vfs.write_new(&to, &lines)
+        let to = fsutil::write_new_unique(vfs, &to, &lines)
             .map_err(|e| StoreError::io("saving write-ahead records", &e))?;
         tracing::error!(session = %id, saved_to = %to.display(), "a write-ahead log of an older dstream held records; they are kept aside, not replayed");
     }
@@ -323,7 +323,7 @@ pub(crate) fn recover_session(
         Damage::TornTail { reason } => {
             let saved_to = quarantine_dir.join(format!("{id}.{}.tail", stamp()));
             let cut_bytes = scan.file_len - scan.good_len;
-            save_range(vfs, &*file, scan.good_len, cut_bytes, &saved_to)
+            let saved_to = save_range(vfs, &*file, scan.good_len, cut_bytes, &saved_to)
                 .map_err(ctx("saving a torn tail"))?;
             file.set_len(scan.good_len)
                 .and_then(|()| file.sync())

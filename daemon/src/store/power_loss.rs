@@ -34,7 +34,13 @@ use crate::vfs::sim::{SimRng, SimVfs};
 ///   checkpoint (the lease record was gone), so a later lost event's LSN was handed out again.
 /// - repair after a recorded gap: the damaged record (the first after the gap) was counted as
 ///   one line past the good prefix, so the repaired session handed out its LSN again.
-const REGRESSION_SEEDS: &[u64] = &[1795570238892045902, 1795570751879050202];
+/// - a crash during startup after a torn tail was saved: the next start, within the same
+///   millisecond, found the saved file's name taken and refused to start.
+const REGRESSION_SEEDS: &[u64] = &[
+    1795570238892045902,
+    1795570751879050202,
+    1795571948052439858,
+];
 
 pub(crate) const DATA: &str = "/home/user/.local/share/dstream";
 

@@ -100,7 +100,7 @@ pub(crate) fn repair_log(
     }
 
     let moved_to = sessions_dir.join(format!("{id}.{}.bad", stamp()));
-    vfs.write_new(&moved_to, &bad)
+    let moved_to = super::fsutil::write_new_unique(vfs, &moved_to, &bad)
         .map_err(ctx("saving the damaged bytes"))?;
     Gaps { jumps, next_lsn }
         .save(vfs, &gaps_path)
