@@ -335,8 +335,15 @@ impl Client {
         &self,
         params: &CheckpointListParams,
     ) -> Result<Vec<CheckpointInfo>, Error> {
-        let r: CheckpointListResult = self.call("checkpoint.list", params).await?;
-        Ok(r.checkpoints)
+        Ok(self.checkpoint_list_page(params).await?.checkpoints)
+    }
+
+    /// [`Client::checkpoint_list`], with how many matched in all.
+    pub async fn checkpoint_list_page(
+        &self,
+        params: &CheckpointListParams,
+    ) -> Result<CheckpointListResult, Error> {
+        self.call("checkpoint.list", params).await
     }
 }
 

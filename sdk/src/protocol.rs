@@ -596,12 +596,21 @@ pub struct CheckpointListParams {
     pub session_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<usize>,
+    /// Only calls of this tool (any letter case).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// Newest first (default: oldest first).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub newest_first: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct CheckpointListResult {
-    /// Oldest first.
+    /// Oldest first (or newest first when asked).
     pub checkpoints: Vec<CheckpointInfo>,
+    /// How many matched in all: more than `checkpoints` holds when the limit cut the list.
+    #[serde(default)]
+    pub total: usize,
 }
 
 /// How a checkpoint was decided.

@@ -244,3 +244,49 @@ fn an_agent_cannot_approve_its_own_tool_call() {
         "{v}"
     );
 }
+
+#[test]
+fn a_real_checkpoint_cannot_hide_behind_a_flood_of_fake_ones() {
+    let d = Daemon::start_with("");
+    let mut c = d.client();
+    for i in 0..30 {
+        c.ok(
+            "checkpoint.request",
+            json!({"session_id": "flood", "key": format!("fake-{i}"), "tool": "Read",
+                   "summary": format!("fake {i}")}),
+        );
+    }
+    c.ok(
+        "checkpoint.request",
+        json!({"session_id": "real", "key": "deploy", "tool": "Deploy", "summary": "deploy prod"}),
+    );
+    let pending = |args: &[&str]| {
+        let socket = d.socket();
+        let mut all: Vec<&std::ffi::OsStr> = vec!["pending".as_ref()];
+        all.extend(args.iter().map(std::ffi::OsStr::new));
+        all.extend(["--socket".as_ref(), socket.as_os_str()]);
+        let out = dstream_tests::run_detached(&dstream_tests::daemon_bin(), &all);
+        assert!(out.status.success(), "{out:?}");
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // Cut to 5: the person is told what was left out and how to see it.
+    let (shown, said) = pending(&["--limit", "5"]);
+    assert_eq!(shown.lines().count(), 5, "{shown}");
+    assert!(!shown.contains("deploy prod"), "{shown}");
+    assert!(said.contains("showing 5 of 31"), "{said}");
+    // Newest first, or filtered by tool: the real one is on top.
+    let (shown, _) = pending(&["--limit", "5", "--newest"]);
+    assert!(
+        shown.lines().next().unwrap().contains("deploy prod"),
+        "{shown}"
+    );
+    let (shown, said) = pending(&["--tool", "deploy"]);
+    assert_eq!(shown.lines().count(), 1, "{shown}");
+    assert!(
+        shown.contains("deploy prod") && said.is_empty(),
+        "{shown} {said}"
+    );
+}

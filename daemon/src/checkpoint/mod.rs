@@ -743,7 +743,10 @@ impl Checkpoints {
                 source,
             })?;
         let mut rejected = Vec::new();
-        for c in self.list(Some("pending"), Some(session), None) {
+        for c in self
+            .list(Some("pending"), Some(session), None, false, None)
+            .0
+        {
             let r = Resolution {
                 decision: "reject".into(),
                 note: Some("stopped remotely".into()),
@@ -1000,12 +1003,15 @@ impl Checkpoints {
     /// Checkpoints held in memory (every open one, and recently decided ones), oldest first,
     /// with their inputs read from the logs; not those whose request is still being synced.
     /// Blocking.
+    /// Also returns how many matched before the limit cut the list.
     pub fn list(
         &self,
         state: Option<&str>,
         session: Option<&str>,
+        tool: Option<&str>,
+        newest_first: bool,
         limit: Option<usize>,
-    ) -> Vec<CheckpointInfo> {
+    ) -> (Vec<CheckpointInfo>, usize) {
         let mut out: Vec<CheckpointInfo> = {
             let table = self.table.lock().unwrap();
             table
@@ -1017,15 +1023,27 @@ impl Checkpoints {
                     None => e.info.state != "recording",
                 })
                 .filter(|(_, e)| session.is_none_or(|s| &*e.info.session_id == s))
+                .filter(|(_, e)| {
+                    tool.is_none_or(|t| {
+                        e.info
+                            .tool
+                            .as_deref()
+                            .is_some_and(|x| x.eq_ignore_ascii_case(t))
+                    })
+                })
                 .map(|(id, e)| e.view(id))
                 .collect()
         };
+        let total = out.len();
         out.sort_by(|a, b| (a.created_ms, &a.id).cmp(&(b.created_ms, &b.id)));
+        if newest_first {
+            out.reverse();
+        }
         out.truncate(limit.unwrap_or(LIST_MAX).min(LIST_MAX));
         for info in &mut out {
             info.input = self.input_of(info);
         }
-        out
+        (out, total)
     }
 
     /// A checkpoint's input, from its request in the log.

@@ -18,6 +18,15 @@ pub struct PendingArgs {
     /// Only this session's checkpoints.
     #[arg(long)]
     session: Option<String>,
+    /// Only calls of this tool (e.g. Bash).
+    #[arg(long)]
+    tool: Option<String>,
+    /// Newest first (default: oldest first).
+    #[arg(long)]
+    newest: bool,
+    /// Show at most this many (default and most: 10,000).
+    #[arg(long)]
+    limit: Option<usize>,
     #[command(flatten)]
     opts: ClientOpts,
 }
@@ -54,23 +63,36 @@ pub struct RejectArgs {
 pub fn pending(args: PendingArgs) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
         let client = connect(&args.opts).await?;
-        let list = client
-            .checkpoint_list(&CheckpointListParams {
+        let page = client
+            .checkpoint_list_page(&CheckpointListParams {
                 state: Some("pending".into()),
                 session_id: args.session.clone(),
-                limit: None,
+                tool: args.tool.clone(),
+                newest_first: args.newest,
+                limit: args.limit,
             })
             .await?;
+        let list = &page.checkpoints;
         if args.opts.json {
-            for c in &list {
+            for c in list {
                 print_json(c)?;
             }
         } else if list.is_empty() {
             println!("no pending checkpoints");
         } else {
-            for c in &list {
+            for c in list {
                 println!("{}", pending_line(c, super::checkpoint_cmds::now_ms()));
             }
+        }
+        // A real checkpoint must not hide behind a flood of others: say what was left out.
+        if page.total > list.len() {
+            eprintln!(
+                "showing {} of {} pending ({} first); narrow with --session or --tool, or see \
+                 the rest with --newest",
+                list.len(),
+                page.total,
+                if args.newest { "newest" } else { "oldest" },
+            );
         }
         Ok(ExitCode::SUCCESS)
     })

@@ -111,7 +111,8 @@ pub(super) async fn run(shared: Arc<Shared>, session: Arc<str>, wake: Arc<Notify
                 let may_yield = |w: &Worker| {
                     w.shared
                         .checkpoints
-                        .list(Some("pending"), Some(&w.session), Some(1))
+                        .list(Some("pending"), Some(&w.session), None, false, Some(1))
+                        .0
                         .is_empty()
                 };
                 if w.shared.has_waiting()

@@ -190,12 +190,21 @@ pub async fn list(state: &Arc<DaemonState>, raw: Option<&RawValue>) -> RpcResult
         ));
     }
     let checkpoints = state.checkpoints.clone();
-    let list = tokio::task::spawn_blocking(move || {
-        checkpoints.list(p.state.as_deref(), p.session_id.as_deref(), p.limit)
+    let (list, total) = tokio::task::spawn_blocking(move || {
+        checkpoints.list(
+            p.state.as_deref(),
+            p.session_id.as_deref(),
+            p.tool.as_deref(),
+            p.newest_first,
+            p.limit,
+        )
     })
     .await
     .map_err(internal)?;
-    to_json(&CheckpointListResult { checkpoints: list })
+    to_json(&CheckpointListResult {
+        checkpoints: list,
+        total,
+    })
 }
 
 /// Answers when the checkpoint is decided (or the caller's timeout passes); other requests on
