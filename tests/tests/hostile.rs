@@ -290,3 +290,29 @@ fn a_real_checkpoint_cannot_hide_behind_a_flood_of_fake_ones() {
         "{shown} {said}"
     );
 }
+
+#[test]
+fn a_session_named_like_a_temporary_file_keeps_its_checkpoints_across_a_restart() {
+    let mut d = Daemon::start_with("");
+    let mut c = d.client();
+    for session in ["build", "build.tmp"] {
+        c.ok(
+            "checkpoint.request",
+            json!({"session_id": session, "key": "k", "summary": format!("in {session}")}),
+        );
+    }
+    drop(c);
+    d.stop();
+    d.restart();
+    let pending = d
+        .client()
+        .ok("checkpoint.list", json!({"state": "pending"}));
+    let mut sessions: Vec<&str> = pending["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["session_id"].as_str())
+        .collect();
+    sessions.sort();
+    assert_eq!(sessions, ["build", "build.tmp"], "{pending}");
+}

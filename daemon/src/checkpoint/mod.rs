@@ -461,7 +461,8 @@ impl Checkpoints {
             let Some(session) = name.to_str().map(str::to_string) else {
                 continue;
             };
-            if session.ends_with(".tmp") || dstream_sdk::validate_session_id(&session).is_err() {
+            // Not a session (a leftover `.x.tmp` of an interrupted write, say): gone.
+            if dstream_sdk::validate_session_id(&session).is_err() {
                 let _ = self.vfs.remove(&path);
                 continue;
             }

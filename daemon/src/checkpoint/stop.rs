@@ -37,7 +37,7 @@ impl Stops {
         let mut stopped = HashMap::new();
         for name in vfs.list_dir(&dir)? {
             let name = name.to_string_lossy().into_owned();
-            if name.ends_with(".tmp") || dstream_sdk::validate_session_id(&name).is_err() {
+            if dstream_sdk::validate_session_id(&name).is_err() {
                 continue;
             }
             let path = dir.join(&name);

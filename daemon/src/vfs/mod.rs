@@ -12,7 +12,7 @@ use std::ffi::OsString;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write as _};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 #[cfg(any(test, feature = "sim"))]
@@ -86,9 +86,12 @@ pub trait Vfs: Send + Sync + fmt::Debug {
     /// Writes `path` atomically and durably: a temporary file beside it, synced, renamed over
     /// it, and the directory synced. A crash leaves the old bytes or the new, never a mix.
     fn write_atomic(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(".tmp");
-        let tmp = PathBuf::from(tmp);
+        // `.<name>.tmp`: a leading dot is never a session id, so the temporary file of one
+        // session's marker cannot be another session's (`x` and `x.tmp`).
+        let mut name = std::ffi::OsString::from(".");
+        name.push(path.file_name().unwrap_or_default());
+        name.push(".tmp");
+        let tmp = parent(path).join(name);
         let file = self.open(&tmp, Open::Truncate)?;
         file.write_at(bytes, 0)?;
         file.sync()?;
