@@ -316,3 +316,28 @@ fn a_session_named_like_a_temporary_file_keeps_its_checkpoints_across_a_restart(
     sessions.sort();
     assert_eq!(sessions, ["build", "build.tmp"], "{pending}");
 }
+
+#[test]
+fn a_hook_never_waits_more_than_an_hour_whatever_its_environment_says() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(dstream_tests::daemon_bin())
+        .args(["hook", "claude-code"])
+        .env("DSTREAM_SOCKET", "/nonexistent/dstream.sock")
+        .env("DSTREAM_HOOK_TIMEOUT_MS", u64::MAX.to_string())
+        .env("DSTREAM_HOOK_DEBUG", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(br#"{"hook_event_name":"Stop","session_id":"x"}"#)
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("using 3600000"), "{said}");
+}

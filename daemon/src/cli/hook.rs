@@ -32,6 +32,8 @@ use serde_json::{Value, json};
 /// How long connecting to the daemon's socket may take. A local socket connects at once or
 /// fails at once; this only bounds a daemon so swamped that its accept queue is full.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// The most `DSTREAM_HOOK_TIMEOUT_MS` may ask for.
+const MAX_TIMEOUT_MS: u64 = 3_600_000;
 /// Default for `DSTREAM_HOOK_TIMEOUT_MS`: how long the whole exchange may take.
 const DEFAULT_TIMEOUT_MS: u64 = 30_000;
 /// How long past a checkpoint's deadline the hook waits for the daemon's verdict before it
@@ -128,7 +130,7 @@ then any `updatedInput` in the reply is ignored, since it was computed from the 
 
 Environment:
   DSTREAM_SOCKET              the daemon's socket (--socket wins)
-  DSTREAM_HOOK_TIMEOUT_MS     deadline for the whole exchange, in ms [default: 30000]
+  DSTREAM_HOOK_TIMEOUT_MS     deadline for the whole exchange, in ms [default: 30000, at most 3600000]
   DSTREAM_HOOK_FAIL_CLOSED=1  same as --fail-closed
   DSTREAM_HOOK_DEBUG=1        one line on stderr about every run (Claude Code shows hook
                               stderr only in its verbose mode)";
@@ -153,6 +155,13 @@ impl Settings {
         let mut note = None;
         let timeout_ms = match std::env::var("DSTREAM_HOOK_TIMEOUT_MS") {
             Ok(v) if !v.trim().is_empty() => match v.trim().parse::<u64>() {
+                // A hook that waits forever holds the agent forever: an hour at most.
+                Ok(ms) if ms > MAX_TIMEOUT_MS => {
+                    note = Some(format!(
+                        "DSTREAM_HOOK_TIMEOUT_MS={ms} is more than an hour; using {MAX_TIMEOUT_MS}"
+                    ));
+                    MAX_TIMEOUT_MS
+                }
                 Ok(ms) => ms,
                 Err(_) => {
                     note = Some(format!(
