@@ -341,3 +341,67 @@ fn a_hook_never_waits_more_than_an_hour_whatever_its_environment_says() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("using 3600000"), "{said}");
 }
+
+#[test]
+fn the_hook_talks_only_to_a_daemon_of_its_own_user() {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: starting a daemon as another user needs root");
+        return;
+    }
+    // A real dstream daemon, but another user's, on a path this user may reach.
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o777)).unwrap();
+    let bin = dir.path().join("dstream");
+    fs::copy(dstream_tests::daemon_bin(), &bin).unwrap();
+    fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
+    let socket = dir.path().join("run").join("dstream.sock");
+    let mut other = Command::new(&bin)
+        .args(["daemon", "--socket"])
+        .arg(&socket)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .env("HOME", dir.path())
+        .env("XDG_CONFIG_HOME", dir.path().join("config"))
+        .env_remove("XDG_RUNTIME_DIR")
+        .uid(65534)
+        .gid(65534)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !socket.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the other daemon did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let mut hook = Command::new(dstream_tests::daemon_bin())
+        .args(["hook", "claude-code"])
+        .env("DSTREAM_SOCKET", &socket)
+        .env("DSTREAM_HOOK_DEBUG", "1")
+        .env_remove("DSTREAM_HOOK_FAIL_CLOSED")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let event = dstream_tests::claude_pre_tool_use("uid-1", "toolu_uid", "ls");
+    hook.stdin
+        .take()
+        .unwrap()
+        .write_all(event.to_string().as_bytes())
+        .unwrap();
+    let out = hook.wait_with_output().unwrap();
+    other.kill().unwrap();
+    other.wait().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("not by this user"), "{said}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+}

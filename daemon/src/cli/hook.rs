@@ -539,9 +539,61 @@ fn fit(event: &mut Value, budget: usize) -> bool {
 #[cfg(unix)]
 type Stream = std::os::unix::net::UnixStream;
 
+/// Connects, and makes sure the daemon at `path` runs as this user: a socket another user
+/// planted on a shared path could otherwise answer `allow` (and an edited input) for any call.
 #[cfg(unix)]
 fn connect(path: &std::path::Path) -> io::Result<Stream> {
-    Stream::connect(path)
+    let stream = Stream::connect(path)?;
+    let theirs = peer_uid(&stream)?;
+    // SAFETY: geteuid has no preconditions.
+    let mine = unsafe { libc::geteuid() };
+    if theirs != mine {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "the socket {} is served by uid {theirs}, not by this user (uid {mine}); \
+                 not talking to it",
+                path.display()
+            ),
+        ));
+    }
+    Ok(stream)
+}
+
+#[cfg(target_os = "linux")]
+fn peer_uid(stream: &Stream) -> io::Result<u32> {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: the buffer and its length describe `cred`, which outlives the call.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(cred.uid)
+}
+
+#[cfg(all(unix, not(target_os = "linux")))]
+fn peer_uid(stream: &Stream) -> io::Result<u32> {
+    use std::os::fd::AsRawFd;
+    let (mut uid, mut gid) = (0, 0);
+    // SAFETY: both out-pointers are valid for the call.
+    if unsafe { libc::getpeereid(stream.as_raw_fd(), &mut uid, &mut gid) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(uid)
 }
 
 #[cfg(not(unix))]
