@@ -41,6 +41,11 @@ impl Outbound {
     }
 
     /// Queues a frame, waiting while the queue holds its fill.
+    /// The connection's writer is gone: nothing sent now reaches the client.
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
     pub async fn send(&self, bytes: Vec<u8>) -> Result<(), Closed> {
         let need = bytes.len().clamp(1, self.cap) as u32;
         let held = self

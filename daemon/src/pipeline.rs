@@ -56,11 +56,70 @@ pub type Done = Box<dyn FnOnce(Result<IngestResult, IngestError>) + Send>;
 
 /// One raw event to take in.
 pub struct Ingest {
+    /// The connection it came on: clients are served in turn.
+    pub client: u64,
     pub source: String,
     pub raw: Box<RawValue>,
     pub session_id: Option<String>,
+    /// When the client stops waiting for a decision (ms since the epoch), if it said.
+    pub reply_by_ms: Option<u64>,
+    /// Whether the client is gone (its connection closed): nobody waits for a decision.
+    pub gone: Option<Box<dyn Fn() -> bool + Send>>,
     /// Called once with the stored events, or why they were not stored.
     pub done: Done,
+}
+
+impl Ingest {
+    /// Nobody waits for this event's decision any more: the hook gave up, the call ran.
+    fn abandoned(&self) -> Option<&'static str> {
+        if self.reply_by_ms.is_some_and(|t| now_ms() > t) {
+            Some("the hook's deadline passed before the daemon got to this tool call")
+        } else if self.gone.as_ref().is_some_and(|g| g()) {
+            Some("the hook disconnected before the daemon got to this tool call")
+        } else {
+            None
+        }
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Ingests queued per client, and the clients with some, in turn. Bounded by what clients
+/// may have in flight (each connection's permits, the daemon's memory budget).
+#[derive(Default)]
+struct FairQueue {
+    by_client: HashMap<u64, VecDeque<Ingest>>,
+    turn: VecDeque<u64>,
+}
+
+impl FairQueue {
+    fn push(&mut self, i: Ingest) {
+        let queue = self.by_client.entry(i.client).or_default();
+        if queue.is_empty() {
+            self.turn.push_back(i.client);
+        }
+        queue.push_back(i);
+    }
+
+    fn pop(&mut self) -> Option<Ingest> {
+        let client = self.turn.pop_front()?;
+        let queue = self.by_client.get_mut(&client)?;
+        let next = queue.pop_front();
+        if queue.is_empty() {
+            self.by_client.remove(&client);
+        } else {
+            self.turn.push_back(client);
+        }
+        next
+    }
+
+    fn is_empty(&self) -> bool {
+        self.turn.is_empty()
+    }
 }
 
 /// Where the plugin settings come from, so a reload can read them again.
@@ -391,8 +450,22 @@ struct Worker {
 }
 
 impl Worker {
+    /// Takes ingests in turn from each client that has some queued (in arrival order within
+    /// a client), so one client flooding the pipeline with big events delays another client's
+    /// tool call by at most one event of its own, not by its whole backlog.
     fn run(mut self, mut rx: mpsc::Receiver<Ingest>) {
-        while let Some(ingest) = rx.blocking_recv() {
+        let mut fair = FairQueue::default();
+        loop {
+            if fair.is_empty() {
+                match rx.blocking_recv() {
+                    Some(i) => fair.push(i),
+                    None => return,
+                }
+            }
+            while let Ok(i) = rx.try_recv() {
+                fair.push(i);
+            }
+            let Some(ingest) = fair.pop() else { continue };
             let Some(pipeline) = self.pipeline.upgrade() else {
                 (ingest.done)(Err(IngestError::Stopped));
                 return;
@@ -409,11 +482,13 @@ impl Worker {
     }
 
     fn handle(&mut self, set: &PluginSet, ingest: Ingest, keep_raw: bool, policy: &Policy) {
+        let abandoned = ingest.abandoned();
         let Ingest {
             source,
             raw,
             session_id,
             done,
+            ..
         } = ingest;
         // Well formed (the socket layer checked); what cannot be represented (a lone
         // surrogate, 1e999) is repaired rather than lost, so the call still gets its decision.
@@ -495,6 +570,14 @@ impl Worker {
             };
             saw_request = true;
             let cause = ensure_id(&mut draft.event);
+            if let Some(why) = abandoned {
+                // The call ran without a decision: say so, and open no checkpoint nobody
+                // waits for. Never recorded as if a decision had stopped it.
+                let bypassed = bypassed_event(&draft, &cause, why);
+                decided.push(draft);
+                decided.push(bypassed);
+                continue;
+            }
             let (verdict, follow_up) =
                 self.verdict(set, policy, &source, &raw, &draft, kind, &cause, &mut notes);
             if let Some(d) = &verdict {
@@ -1071,6 +1154,24 @@ fn fallback_session(source: &str, given: Option<&str>, raw: &Json) -> String {
         return s.to_string();
     }
     format!("{source}-unassigned")
+}
+
+/// `checkpoint.bypassed`: a tool call that ran before the daemon could decide it.
+fn bypassed_event(request: &Draft, cause: &str, why: &str) -> Draft {
+    let payload = request.event.get("payload");
+    Draft {
+        session_id: request.session_id.clone(),
+        event: object(json!({
+            "type": "checkpoint.bypassed",
+            "actor": "dstream",
+            "causation_id": cause,
+            "payload": {
+                "reason": why,
+                "tool": payload.and_then(|p| p.get("tool")),
+                "tool_use_id": payload.and_then(|p| p.get("tool_use_id")),
+            },
+        })),
+    }
 }
 
 /// A tool call read from the raw event by the daemon itself, for the decision the mapping

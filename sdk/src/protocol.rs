@@ -428,6 +428,11 @@ pub struct IngestParams<J = Value> {
     /// The session to store it in when the mapping does not name one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
+    /// When the client stops waiting for the decision (ms since the epoch). A tool call the
+    /// daemon gets to only later has run already (the hook gave up and the agent went on): it
+    /// is recorded as `checkpoint.bypassed`, never as if a decision had stopped it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_by_ms: Option<u64>,
 }
 
 /// One event that an ingest stored.

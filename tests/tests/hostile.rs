@@ -405,3 +405,124 @@ fn the_hook_talks_only_to_a_daemon_of_its_own_user() {
     assert!(said.contains("not by this user"), "{said}");
     assert!(out.stdout.is_empty(), "{out:?}");
 }
+
+#[test]
+fn a_decision_the_hook_no_longer_waits_for_is_recorded_as_bypassed() {
+    let d = Daemon::start_with(
+        "[[checkpoints.rules]]\ntool = \"Bash\"\ninput = \"rm -rf *\"\naction = \"deny\"\n",
+    );
+    let mut c = d.client();
+    // The hook gave up a second ago (its deadline passed while the daemon was busy): the call
+    // ran. The log must not say a rule stopped it.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let r = c.ok(
+        "ingest",
+        json!({"source": "claude-code", "reply_by_ms": now - 1000,
+               "event": dstream_tests::claude_pre_tool_use("late-1", "toolu_late", "rm -rf /")}),
+    );
+    assert!(r.get("decision").is_none(), "{r}");
+    let events = c.read_all("late-1");
+    assert!(
+        of_type(&events, "checkpoint.rejected").is_empty(),
+        "{events:?}"
+    );
+    let bypassed = of_type(&events, "checkpoint.bypassed");
+    assert_eq!(bypassed.len(), 1, "{events:?}");
+    assert!(
+        bypassed[0]["payload"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("deadline"),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn one_clients_flood_does_not_hold_up_another_agents_tool_call() {
+    let d = Daemon::start_with(
+        "[[checkpoints.rules]]\ntool = \"Bash\"\ninput = \"rm -rf *\"\naction = \"deny\"\n",
+    );
+    const PER_CLIENT: usize = 16;
+    let big = "x".repeat(64 << 10);
+    // Each flood event costs the pipeline a while (a slow mapping), so a backlog builds.
+    let dir = d.plugin_dir();
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(
+        dir.join("slow.lua"),
+        r#"
+        local M = { name = "slow", api = 1, sources = { "flood" } }
+        function M.map(raw, emit, ctx)
+          local x = 0
+          for i = 1, 3000000 do x = x + i end
+          emit({ type = "message.chunk", payload = { i = raw.i } })
+        end
+        return M
+        "#,
+    )
+    .unwrap();
+    d.client().ok("plugins.reload", json!({}));
+    // Four clients queue big events as fast as the daemon takes them.
+    let flooders: Vec<_> = (0..4)
+        .map(|k| {
+            let mut c = d.client();
+            let big = big.clone();
+            std::thread::spawn(move || {
+                let ids: Vec<u64> = (0..PER_CLIENT)
+                    .map(|i| {
+                        c.send(
+                            "ingest",
+                            json!({"source": "flood", "session_id": format!("flood-{k}"),
+                                   "event": {"i": i, "text": big}}),
+                        )
+                    })
+                    .collect();
+                for id in ids {
+                    c.wait_response(id).unwrap();
+                }
+            })
+        })
+        .collect();
+    // Wait until the flood is queued (the first big events are stored), then ask.
+    let mut c = d.client();
+    loop {
+        let stored: usize = (0..4)
+            .map(|k| {
+                match c.call(
+                    "read",
+                    json!({"session_id": format!("flood-{k}"), "limit": 1}),
+                ) {
+                    Ok(r) => r["events"].as_array().map_or(0, |a| a.len()),
+                    Err(_) => 0,
+                }
+            })
+            .sum();
+        if stored > 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let printed = run_hook(
+        &d.socket(),
+        &dstream_tests::claude_pre_tool_use("busy-1", "toolu_busy", "rm -rf /").to_string(),
+    );
+    let v: Value = serde_json::from_str(printed.trim()).unwrap();
+    assert_eq!(v["hookSpecificOutput"]["permissionDecision"], "deny", "{v}");
+    // The call was decided while the flood was still being stored: it did not wait behind it.
+    let stored: usize = (0..4)
+        .map(|k| {
+            c.ok("sessions.get", json!({"session_id": format!("flood-{k}")}))["last_lsn"]
+                .as_u64()
+                .unwrap_or(0) as usize
+        })
+        .sum();
+    assert!(
+        stored < 4 * PER_CLIENT,
+        "the decision waited for all {stored} flood events"
+    );
+    for f in flooders {
+        f.join().unwrap();
+    }
+}

@@ -244,9 +244,11 @@ pub fn run(args: HookArgs) -> ExitCode {
     let (tx, rx) = mpsc::channel();
     let socket = settings.socket.clone();
     let source = settings.source;
+    let reply_by_ms =
+        super::checkpoint_cmds::now_ms().saturating_add(settings.timeout.as_millis() as u64);
     let spawned = std::thread::Builder::new()
         .name("dstream-hook".into())
-        .spawn(move || work(source, socket, tx));
+        .spawn(move || work(source, socket, reply_by_ms, tx));
     let (kind, outcome) = match spawned {
         Ok(_) => watch(&rx, settings.timeout),
         Err(e) => (None, Err(Failure::Io(e))),
@@ -322,10 +324,10 @@ fn watch(
 }
 
 /// The worker: reads stdin, then asks the daemon.
-fn work(source: &'static str, socket: PathBuf, tx: mpsc::Sender<Step>) {
+fn work(source: &'static str, socket: PathBuf, reply_by_ms: u64, tx: mpsc::Sender<Step>) {
     let input = read_input(&mut io::stdin().lock());
     let _ = tx.send(Step::Input(input.kind.clone()));
-    let result = exchange(source, &socket, input, &tx);
+    let result = exchange(source, &socket, input, reply_by_ms, &tx);
     let _ = tx.send(Step::Reply(result));
 }
 
@@ -613,6 +615,7 @@ fn exchange(
     source: &str,
     socket: &std::path::Path,
     mut input: Input,
+    reply_by_ms: u64,
     tx: &mpsc::Sender<Step>,
 ) -> Result<(IngestResult, bool), Failure> {
     let mut conn = Conn::open(socket)?;
@@ -630,6 +633,7 @@ fn exchange(
             source: source.to_string(),
             event: &input.event,
             session_id: session_id.clone(),
+            reply_by_ms: Some(reply_by_ms),
         };
         match conn.call("ingest", &params)? {
             Ok(result) => {

@@ -43,6 +43,8 @@ pub struct Caller {
     waiting: Vec<JoinHandle<()>>,
     /// Whether the agent this client sends events for was noted (once per connection).
     agent_noted: std::sync::atomic::AtomicBool,
+    /// This connection among all of the daemon's: the pipeline serves clients in turn.
+    id: u64,
     next_subscription: u64,
 }
 
@@ -65,6 +67,10 @@ impl Caller {
             subscriptions: HashMap::new(),
             waiting: Vec::new(),
             agent_noted: Default::default(),
+            id: {
+                static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+                NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            },
             next_subscription: 0,
         }
     }
@@ -473,12 +479,16 @@ async fn ingest(
         };
         let _ = out.send_now(reply_frame(Some(&id), result), permit);
     });
+    let watch = caller.out.clone();
     state
         .pipeline
         .ingest(Ingest {
+            client: caller.id,
             source: p.source,
             raw: p.event,
             session_id: p.session_id,
+            reply_by_ms: p.reply_by_ms,
+            gone: Some(Box::new(move || watch.is_closed())),
             done,
         })
         .await;
