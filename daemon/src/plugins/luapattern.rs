@@ -397,14 +397,11 @@ pub fn is_plain(pattern: &[u8]) -> bool {
 /// Lua's `posrelat` for a start position: 1-based, negative from the end; 0-based result,
 /// which may be past the end.
 pub fn start_index(init: i64, len: usize) -> usize {
-    if init > 0 {
-        init as usize - 1
-    } else if init == 0 {
-        0
-    } else if init.unsigned_abs() as usize > len {
-        0
-    } else {
-        len - init.unsigned_abs() as usize
+    match init {
+        1.. => init as usize - 1,
+        0 => 0,
+        // From the end; before the start counts from the start.
+        _ => len.saturating_sub(init.unsigned_abs() as usize),
     }
 }
 
@@ -787,10 +784,11 @@ mod tests {
             for _, p in ipairs(patterns) do
               try(string.find, s, p) try(string.find, s, p, 3) try(string.find, s, p, -2, true)
               try(string.match, s, p) try(string.match, s, p, 2)
+              try(string.find, s, p, 0) try(string.match, s, p, -100) try(string.find, s, p, 99)
               try(string.gsub, s, p, "<%0>") try(string.gsub, s, p, "%1", 2)
               try(string.gsub, s, p, function(a) return a and #tostring(a) end)
               try(string.gsub, s, p, { a = "A", o = false })
-              try(function() local r = {} for a, b in s:gmatch(p) do r[#r + 1] = tostring(a) .. "/" .. tostring(b) end return table.concat(r, " ") end)
+              try(function() local r = {} for a, b in s:gmatch(p, 2) do r[#r + 1] = tostring(a) .. "/" .. tostring(b) end return table.concat(r, " ") end)
             end
           end
           try(string.gsub, "abc", "%w", "%2") try(string.gsub, "abc", "%w", "%")
