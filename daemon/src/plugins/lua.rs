@@ -1,8 +1,8 @@
 //! The Lua plugin host: one sandboxed Lua 5.4 state per plugin, on a thread of its own.
 //!
 //! Why a thread per plugin: plugins must never run on the async workers, a plugin's state
-//! (per-session buffers, join tables) must see its calls in order, and a script stuck inside
-//! a C function (a pathological `string.find`, say) cannot be interrupted by a hook. With its
+//! (per-session buffers, join tables) must see its calls in order, and a script inside a long
+//! C library call (`table.insert` into a huge table, say) cannot be interrupted by a hook. With its
 //! own thread, the pipeline waits for a reply only until the call's deadline, then disables
 //! the plugin and goes on without it; the stuck thread is abandoned, and nothing else is.
 //!
