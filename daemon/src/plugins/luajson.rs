@@ -26,9 +26,9 @@ use serde_json::{Map, Number, Value as Json};
 /// Deepest table nesting read back from Lua: deeper (or a table that contains itself) is an
 /// error rather than a stack overflow.
 const MAX_DEPTH: usize = 128;
-/// What a value other than a string costs at least, in bytes: about its JSON text plus a
-/// separator, and a floor so that many small values cannot go uncounted.
-const MIN_COST: usize = 8;
+/// What a value other than a string costs, in bytes: more than its JSON text, about what it
+/// takes in memory as a `serde_json::Value`, so that the allowance bounds memory too.
+const MIN_COST: usize = 32;
 
 /// How many bytes of JSON a plugin call may still produce (events it emits, the value it
 /// returns); shared by every value read back during the call.
