@@ -412,16 +412,30 @@ pub type Tick = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 /// builds may not exceed `max_bytes`.
 pub fn install(lua: &Lua, tick: Tick, max_bytes: usize) -> mlua::Result<()> {
     let string: Table = lua.globals().get("string")?;
+    let raw_find: Function = string.get("find")?;
     let t = tick.clone();
-    string.set(
-        "find",
-        lua.create_function(
-            move |lua, (s, p, init, plain): (LuaString, LuaString, Option<i64>, Value)| {
-                let plain = !matches!(plain, Value::Nil | Value::Boolean(false));
-                find(lua, &s.as_bytes(), &p.as_bytes(), init, Some(plain), &t)
-            },
-        )?,
+    let counted_find = lua.create_function(
+        move |lua, (s, p, init, plain): (LuaString, LuaString, Option<i64>, Value)| {
+            let plain = !matches!(plain, Value::Nil | Value::Boolean(false));
+            find(lua, &s.as_bytes(), &p.as_bytes(), init, Some(plain), &t)
+        },
     )?;
+    // A plain search of a short needle in a short text goes to Lua's own (at most 64 × 64 KB
+    // compares): a call into Rust costs more than the search, and filters do many of them.
+    let fast_find: Function = lua
+        .load(
+            r#"local raw_find, counted_find = ...
+            local type = type
+            return function(s, p, init, plain)
+              if plain and type(s) == "string" and type(p) == "string" and #p <= 64 and #s <= 65536 then
+                return raw_find(s, p, init, true)
+              end
+              return counted_find(s, p, init, plain)
+            end"#,
+        )
+        .set_name("=sandbox")
+        .call((raw_find, counted_find))?;
+    string.set("find", fast_find)?;
     let t = tick.clone();
     string.set(
         "match",
@@ -444,15 +458,7 @@ pub fn install(lua: &Lua, tick: Tick, max_bytes: usize) -> mlua::Result<()> {
         "gsub",
         lua.create_function(
             move |lua, (s, p, repl, max): (LuaString, LuaString, Value, Option<i64>)| {
-                gsub(
-                    lua,
-                    &s.as_bytes(),
-                    &p.as_bytes(),
-                    repl,
-                    max,
-                    max_bytes,
-                    &tick,
-                )
+                gsub(lua, &s, &p.as_bytes(), repl, max, max_bytes, &tick)
             },
         )?,
     )?;
@@ -490,6 +496,10 @@ fn find(
         return Ok(MultiValue::from_iter([Value::Nil]));
     }
     if plain == Some(true) || (plain.is_some() && is_plain(p)) {
+        // Linear, but not free: charged as one step per byte scanned.
+        for _ in 0..(s.len() - init) / TICK_EVERY as usize {
+            tick().map_err(lua_err)?;
+        }
         return Ok(match memchr::memmem::find(&s[init..], p) {
             Some(i) => MultiValue::from_iter([
                 Value::Integer((init + i + 1) as i64),
@@ -554,7 +564,7 @@ fn gmatch(
 
 fn gsub(
     lua: &Lua,
-    s: &[u8],
+    subject: &LuaString,
     p: &[u8],
     repl: Value,
     max: Option<i64>,
@@ -574,6 +584,7 @@ fn gsub(
             )));
         }
     };
+    let s = &*subject.as_bytes();
     let max = max.unwrap_or(s.len() as i64 + 1);
     let anchor = p.first() == Some(&b'^');
     let p0 = anchor as usize;
@@ -606,7 +617,7 @@ fn gsub(
         }
     }
     if !changed {
-        return Ok((Value::String(lua.create_string(s)?), n));
+        return Ok((Value::String(subject.clone()), n));
     }
     out.extend_from_slice(&s[src..]);
     if out.len() > max_bytes {
