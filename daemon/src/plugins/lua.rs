@@ -2,9 +2,9 @@
 //!
 //! Why a thread per plugin: plugins must never run on the async workers, a plugin's state
 //! (per-session buffers, join tables) must see its calls in order, and a script inside a long
-//! C library call (`table.insert` into a huge table, say) cannot be interrupted by a hook. With its
-//! own thread, the pipeline waits for a reply only until the call's deadline, then disables
-//! the plugin and goes on without it; the stuck thread is abandoned, and nothing else is.
+//! C library call (`table.insert` into a huge table, say) cannot be interrupted by a hook.
+//! With its own thread, the pipeline waits for a reply only until the call's deadline, then
+//! disables the plugin and goes on without it; the stuck thread is abandoned, nothing else.
 //!
 //! The sandbox: only the `coroutine`, `table`, `string`, `utf8` and `math` libraries; no `io`,
 //! `os`, `package`/`require` or `debug`; `load` takes text only (no bytecode); `dofile`,
@@ -18,6 +18,7 @@
 //! off, so one that loops could never be stopped. `string.rep` and `table.move`, whose C loops
 //! can run long without allocating, are bounded, and the pattern functions are replaced by
 //! a port that counts its steps against the budget ([`luapattern`]).
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
