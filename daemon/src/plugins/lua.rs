@@ -214,11 +214,11 @@ impl Host {
             .map_err(lua_err)?;
         }
         sandbox(&lua, &budget, limits.memory_bytes).map_err(lua_err)?;
-        install_host_table(&lua, chunk_name, config, limits.output_bytes).map_err(lua_err)?;
         let output = Arc::new(std::sync::Mutex::new(Output {
             events: Vec::new(),
             allowance: luajson::Allowance::new(limits.output_bytes),
         }));
+        install_host_table(&lua, chunk_name, config, &output).map_err(lua_err)?;
         let emit = {
             let output = output.clone();
             lua.create_function(move |lua, event: Value| {
@@ -457,7 +457,7 @@ fn install_host_table(
     lua: &Lua,
     chunk_name: &str,
     config: &Json,
-    output_bytes: usize,
+    output: &Arc<std::sync::Mutex<Output>>,
 ) -> mlua::Result<()> {
     let host = lua.create_table()?;
     let plugin = chunk_name.trim_start_matches('@').to_string();
@@ -504,20 +504,32 @@ fn install_host_table(
             Ok(t)
         })?,
     )?;
+    // The JSON of both is built on the Rust side, outside the state's memory limit, and freed
+    // when they return: each may build as much as the call's whole allowance, without
+    // spending it (a filter that encodes a field, edits and decodes it, as redact.lua does,
+    // must still be able to emit the result).
+    let encode_output = output.clone();
     host.set(
         "json_encode",
         lua.create_function(move |lua, v: Value| {
-            // As much as one call may produce.
-            let mut allowance = luajson::Allowance::new(output_bytes);
-            let json = luajson::from_lua(lua, v, &mut allowance)?;
+            let limit = encode_output.lock().unwrap().allowance.limit();
+            let json = luajson::from_lua(lua, v, &mut luajson::Allowance::new(limit))?;
             serde_json::to_string(&json).map_err(mlua::Error::external)
         })?,
     )?;
+    let decode_output = output.clone();
     host.set(
         "json_decode",
-        lua.create_function(|lua, text: mlua::LuaString| {
-            let json: Json =
-                serde_json::from_slice(&text.as_bytes()).map_err(mlua::Error::external)?;
+        lua.create_function(move |lua, text: mlua::LuaString| {
+            let text = text.as_bytes();
+            let limit = decode_output.lock().unwrap().allowance.limit();
+            if text.len() > limit {
+                return Err(mlua::Error::runtime(format!(
+                    "json_decode: {} bytes of text; at most {limit} in one call",
+                    text.len()
+                )));
+            }
+            let json: Json = serde_json::from_slice(&text).map_err(mlua::Error::external)?;
             lua.to_value(&json)
         })?,
     )?;
@@ -757,8 +769,16 @@ mod tests {
         let h = host(r#"emit({type = "x", payload = raw, copy = raw})"#);
         let out = map(&h, serde_json::json!({ "s": big })).unwrap();
         assert_eq!(out[0]["copy"]["s"].as_str().unwrap().len(), 2 << 20);
-        // json_encode is bounded like a call's output.
+        // json_encode and json_decode may each build as much as the call's allowance.
         let h = host(r#"local t = {"x"} for i = 1, 30 do t = {t, t} end host.json_encode(t)"#);
         assert!(fails(&h, Json::Null).contains("bytes of JSON"));
+        let h = host(r#"host.json_decode(string.rep(" ", 1200 * 1024) .. "0")"#);
+        assert!(fails(&h, Json::Null).contains("json_decode"));
+        // Encoding a field and decoding it back, twice the input, fits.
+        let h = host(
+            r#"local t = host.json_decode(host.json_encode(raw)) emit({ type = "x", payload = t })"#,
+        );
+        let out = map(&h, serde_json::json!({ "s": "w".repeat(3 << 20) })).unwrap();
+        assert_eq!(out[0]["payload"]["s"].as_str().unwrap().len(), 3 << 20);
     }
 }

@@ -43,6 +43,11 @@ impl Allowance {
         Allowance { limit, left: limit }
     }
 
+    /// The whole allowance, spent or not.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
     fn charge(&mut self, bytes: usize) -> Result<(), String> {
         match self.left.checked_sub(bytes) {
             Some(left) => {
