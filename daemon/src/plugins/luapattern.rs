@@ -71,6 +71,25 @@ impl<'a, F: FnMut() -> Result<(), String>> Matcher<'a, F> {
         Ok(())
     }
 
+    /// The byte every match must start with, when the pattern from `p` begins with a plain
+    /// character that is not optional: positions without it can be skipped, since Lua's
+    /// matcher fails there at once, before reading the rest of the pattern.
+    pub fn first_byte(&self, p: usize) -> Option<u8> {
+        let c = *self.pattern.get(p)?;
+        let optional = matches!(self.p(p + 1), b'*' | b'?' | b'-');
+        (!SPECIALS.contains(&c) && c != b')' && !optional).then_some(c)
+    }
+
+    /// The first position from `from` where a match may start (see [`Self::first_byte`]);
+    /// past the end of the subject when there is none.
+    pub fn candidate(&self, from: usize, first: Option<u8>) -> usize {
+        match first {
+            Some(c) => memchr::memchr(c, self.subject.get(from..).unwrap_or_default())
+                .map_or(self.subject.len() + 1, |k| from + k),
+            None => from,
+        }
+    }
+
     /// Matches the pattern from `p` at subject position `s`: where the match ends, if it does.
     /// Captures are reset first.
     pub fn match_at(&mut self, s: usize, p: usize) -> Result<Option<usize>, String> {
@@ -511,7 +530,9 @@ fn find(
     let anchor = p.first() == Some(&b'^');
     let p0 = anchor as usize;
     let mut m = Matcher::new(s, p, || tick());
-    for start in init..=s.len() {
+    let first = if anchor { None } else { m.first_byte(p0) };
+    let mut start = m.candidate(init, first);
+    while start <= s.len() {
         if let Some(e) = m.match_at(start, p0).map_err(lua_err)? {
             let mut out = MultiValue::new();
             if plain.is_some() {
@@ -530,6 +551,7 @@ fn find(
         if anchor {
             break;
         }
+        start = m.candidate(start + 1, first);
     }
     Ok(MultiValue::from_iter([Value::Nil]))
 }
@@ -547,7 +569,12 @@ fn gmatch(
     lua.create_function_mut(move |lua, ()| {
         let (subject, pattern) = (s.as_bytes(), p.as_bytes());
         let mut m = Matcher::new(&subject, &pattern, || tick());
+        let first = m.first_byte(0);
         while next <= subject.len() {
+            next = m.candidate(next, first);
+            if next > subject.len() {
+                break;
+            }
             let start = next;
             if let Some(e) = m.match_at(start, 0).map_err(lua_err)?
                 && Some(e) != last
@@ -595,6 +622,7 @@ fn gsub(
     let mut n = 0i64;
     let mut changed = false;
     let too_big = || lua_err("gsub: the result would exceed the plugin's memory limit".into());
+    let first = if anchor { None } else { m.first_byte(p0) };
     while n < max {
         match m.match_at(src, p0).map_err(lua_err)? {
             Some(e) if Some(e) != last => {
@@ -604,8 +632,9 @@ fn gsub(
                 last = Some(e);
             }
             _ if src < s.len() => {
-                out.push(s[src]);
-                src += 1;
+                let next = m.candidate(src + 1, first).min(s.len());
+                out.extend_from_slice(&s[src..next]);
+                src = next;
             }
             _ => break,
         }
@@ -790,7 +819,8 @@ mod tests {
             "f(a(b)c)d", "THE (quick) fox", "aaa", "x-1_y", "a.b.c", "tab\tnl\nvt\v", "1 22 333" }
           local patterns = { "o", "l+", "^%s*(.-)%s*$", "(%w+)%s*=%s*(%w+)", "%b()", "%f[%a]%a+",
             "a-", "a*", "a?", "()", "(a)%1", "[%w_]+", "[^%s]+", "%.", ".", "$", "^", "%d+",
-            "[a-c]", "[%]]", "(()a)", "%s", "x?-?1", "[]]", "%", "(", "%1", "[a" }
+            "[a-c]", "[%]]", "(()a)", "%s", "x?-?1", "[]]", "%", "(", "%1", "[a",
+            "e(.)", "a+", "=%s*", "k(%w*)", "l(", "o%" }
           for _, s in ipairs(subjects) do
             for _, p in ipairs(patterns) do
               try(string.find, s, p) try(string.find, s, p, 3) try(string.find, s, p, -2, true)
