@@ -443,6 +443,7 @@ impl Config {
                 call_timeout: std::time::Duration::from_millis(p.call_timeout_ms),
                 instructions: p.instruction_budget,
                 memory_bytes: p.memory_bytes,
+                output_bytes: self.daemon.max_frame_bytes,
             },
             max_consecutive_errors: p.max_consecutive_errors,
         }

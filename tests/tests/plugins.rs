@@ -636,3 +636,175 @@ fn keep_raw_false_drops_raw_except_from_unmapped_events() {
         "an unmapped event is nothing without it"
     );
 }
+
+/// A plugin file whose `map` runs `body`, for source `name`.
+fn mapper(d: &Daemon, name: &str, body: &str) {
+    write_plugin(
+        d,
+        &format!("{name}.lua"),
+        &format!(
+            "local M = {{ name = '{name}', api = 1, sources = {{ '{name}' }} }}\n\
+             function M.map(raw, emit, ctx)\n{body}\nend\nreturn M\n"
+        ),
+    );
+}
+
+/// CPU time the daemon has used so far, all threads, in clock ticks (utime + stime).
+fn cpu_ticks(d: &Daemon) -> u64 {
+    let stat = fs::read_to_string(format!("/proc/{}/stat", d.pid())).unwrap();
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
+        .split_whitespace()
+        .collect();
+    // utime and stime are fields 14 and 15 of the line; 11 and 12 after the name and state.
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// Waits until the daemon, left idle, uses (almost) no CPU: two samples half a second apart
+/// differ by at most 5 ticks (50 ms: 10% of one core; a spinning thread costs 100%).
+fn wait_until_idle(d: &Daemon) -> u64 {
+    eventually("the daemon to stop using CPU", || {
+        let before = cpu_ticks(d);
+        std::thread::sleep(Duration::from_millis(500));
+        let used = cpu_ticks(d) - before;
+        (used <= 5).then_some(used)
+    })
+}
+
+/// The ingest of a raw event from `source` fails in its plugin: kept as `unmapped`, with a
+/// `plugin.error` whose text contains `needle`.
+fn fails_in_plugin(c: &mut Client, source: &str, needle: &str) {
+    let r = ingest(c, source, json!({"session_id": format!("{source}-s")}));
+    assert_eq!(
+        types(r["events"].as_array().unwrap()),
+        ["unmapped", "plugin.error"],
+        "{source}: {r}"
+    );
+    let error = c.read_all(&format!("{source}-s")).last().unwrap()["payload"]["error"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(error.contains(needle), "{source}: {error}");
+}
+
+#[test]
+fn what_a_plugin_emits_is_bounded_and_the_daemon_stays_small() {
+    // A 2^30-leaf DAG in a few hundred bytes of Lua (RSS went past 3 GB and the daemon aborted),
+    // and 256 emits of one big string (with 8 MB: ~900 MB).
+    // Frames of at most 1 MB: the allowance per call is that plus twice the input.
+    let mut d = Daemon::new(Some(&format!(
+        "[daemon]\nmax_frame_bytes = 1048576\n{LIMITS}"
+    )));
+    mapper(
+        &d,
+        "dag",
+        r#"local t = {"x"} for i = 1, 30 do t = {t, t} end emit({type = "x", payload = t})"#,
+    );
+    mapper(
+        &d,
+        "wide",
+        r#"local s = string.rep("x", 512 << 10)
+           for i = 1, 256 do emit({type = "x", payload = {s = s}}) end"#,
+    );
+    mapper(
+        &d,
+        "encode",
+        r#"local t = {"x"} for i = 1, 30 do t = {t, t} end host.json_encode(t)"#,
+    );
+    d.restart();
+    let mut c = d.client();
+    let list = c.ok("plugins.list", json!({}));
+    assert_eq!(list["errors"], json!([]), "{list}");
+    let mut other = d.client();
+    for round in 0..2 {
+        for source in ["dag", "wide", "encode"] {
+            fails_in_plugin(&mut c, source, "bytes of JSON in one call");
+            other.append(
+                "bystander",
+                "user.input",
+                json!({"round": round, "after": source}),
+            );
+        }
+    }
+    assert_eq!(other.read_all("bystander").len(), 6);
+    assert!(c.ok("stats", json!({}))["rss_bytes"].as_u64().unwrap() > 0);
+    // Peak RSS over the daemon's life (27 MB measured): each call builds at most 1 MB of
+    // JSON (the frame size) plus twice its input, far from the gigabytes it took before.
+    let peak_kb = d.proc_status("VmHWM");
+    eprintln!("peak RSS {} MB", peak_kb / 1024);
+    assert!(peak_kb < 128 * 1024, "peak RSS {peak_kb} kB");
+}
+
+#[test]
+fn hung_plugins_stop_costing_cpu_once_disabled_or_reloaded() {
+    // One failure disables a plugin; a short deadline keeps the 64 hostile calls quick.
+    let mut d = Daemon::new(Some(
+        "[plugins]\ncall_timeout_ms = 100\nmax_consecutive_errors = 1\nmemory_bytes = 16777216\n",
+    ));
+    let hostile = [
+        (
+            "pcall-spin",
+            "while true do pcall(function() for i = 1, 300 do end end) end",
+        ),
+        (
+            "coroutine-spin",
+            "coroutine.wrap(function() while true do pcall(function() while true do end end) end end)()",
+        ),
+        (
+            "resume-spin",
+            "while true do coroutine.resume(coroutine.create(function() while true do end end)) end",
+        ),
+        (
+            "load-spin",
+            "while true do load(function() while true do end end) end",
+        ),
+        (
+            "find-bomb",
+            "string.find(string.rep('a', 100000), '.-.-.-.-b')",
+        ),
+        (
+            "gsub-bomb",
+            "string.gsub(string.rep('a', 50000), '.-.-.-b', 'x')",
+        ),
+        ("rep-bomb", "while true do pcall(string.rep, '', 1e18) end"),
+        (
+            "gc-spin",
+            "setmetatable({}, { __gc = function() while true do end end }) emit({ type = 'x' })",
+        ),
+    ];
+    for (name, body) in hostile {
+        mapper(&d, name, body);
+    }
+    // Files in place before the start: no watcher reload races the disabling below.
+    d.restart();
+    let mut c = d.client();
+    let list = c.ok("plugins.list", json!({}));
+    assert_eq!(list["errors"], json!([]), "{list}");
+    let threads = d.proc_status("Threads");
+    let mut other = d.client();
+    for cycle in 0..8 {
+        // A failure disables each plugin; the reload starts it afresh and drops the old
+        // state, whose thread must end.
+        for (name, _) in hostile {
+            let needle = if name == "gc-spin" {
+                "__gc"
+            } else {
+                "exceeded"
+            };
+            fails_in_plugin(&mut c, name, needle);
+        }
+        let list = c.ok("plugins.list", json!({}));
+        for (name, _) in hostile {
+            assert_eq!(plugin(&list, name)["state"], "disabled", "{cycle}: {list}");
+        }
+        other.append("bystander", "user.input", json!({"cycle": cycle}));
+        c.ok("plugins.reload", json!({}));
+    }
+    assert_eq!(other.read_all("bystander").len(), 8);
+    // Idle now: no thread of the daemon keeps spinning, and the old states' threads ended.
+    let used = wait_until_idle(&d);
+    eprintln!("idle CPU: {used} ticks in 500 ms");
+    eventually("the old plugin threads to end", || {
+        (d.proc_status("Threads") <= threads + 2).then_some(())
+    });
+}

@@ -11,6 +11,7 @@ pub mod builtin;
 pub mod isolated;
 pub mod lua;
 mod luajson;
+mod luapattern;
 pub mod native;
 
 use std::collections::BTreeMap;
@@ -104,6 +105,8 @@ pub struct Limits {
     pub call_timeout: Duration,
     pub instructions: u64,
     pub memory_bytes: usize,
+    /// Bytes of JSON one call may produce beyond twice its input (`daemon.max_frame_bytes`).
+    pub output_bytes: usize,
 }
 
 /// How the pipeline's plugins are found and run; from `[plugins]` in the configuration.
@@ -730,6 +733,7 @@ mod tests {
                 call_timeout: Duration::from_millis(500),
                 instructions: 10_000_000,
                 memory_bytes: 64 << 20,
+                output_bytes: 16 << 20,
             },
             max_consecutive_errors: 5,
         }
