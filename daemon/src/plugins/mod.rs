@@ -11,7 +11,6 @@ pub mod builtin;
 pub mod isolated;
 pub mod lua;
 mod luajson;
-mod luapattern;
 pub mod native;
 
 use std::collections::BTreeMap;
