@@ -33,6 +33,9 @@ pub struct DaemonConfig {
     pub data_dir: PathBuf,
     pub max_frame_bytes: usize,
     pub max_client_memory_bytes: usize,
+    pub max_connections: usize,
+    pub idle_timeout_ms: u64,
+    pub max_subscriptions_per_connection: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -314,6 +317,18 @@ impl Config {
         };
         if self.daemon.max_frame_bytes < 1024 {
             return bad("daemon.max_frame_bytes", "must be at least 1024");
+        }
+        if self.daemon.max_connections == 0 {
+            return bad("daemon.max_connections", "must be at least 1");
+        }
+        if self.daemon.idle_timeout_ms == 0 {
+            return bad("daemon.idle_timeout_ms", "must be at least 1");
+        }
+        if self.daemon.max_subscriptions_per_connection == 0 {
+            return bad(
+                "daemon.max_subscriptions_per_connection",
+                "must be at least 1",
+            );
         }
         if self.store.fsync_interval_ms == 0 {
             return bad("store.fsync_interval_ms", "must be at least 1");

@@ -36,6 +36,7 @@ pub mod plugins;
 pub mod relay;
 mod rpc;
 pub mod server;
+mod slots;
 pub mod state;
 pub mod store;
 mod subscription;

@@ -37,6 +37,7 @@ pub struct DaemonState {
     pub _watcher: Option<crate::watch::Watcher>,
     pub stats: ServerStats,
     pub memory: MemoryBudget,
+    pub slots: Arc<crate::slots::Slots>,
     pub started: Instant,
 }
 
@@ -71,6 +72,46 @@ impl MemoryBudget {
     pub fn cap(&self) -> usize {
         self.cap
     }
+
+    /// An empty charge that can grow and shrink (a connection's frame buffer).
+    pub fn held(&self) -> Held {
+        Held {
+            permits: self.permits.clone(),
+            bytes: 0,
+            cap: self.cap,
+        }
+    }
+}
+
+/// A charge on the budget that follows the size of something that grows and shrinks.
+pub struct Held {
+    permits: Arc<Semaphore>,
+    bytes: usize,
+    cap: usize,
+}
+
+impl Held {
+    /// Makes the charge `bytes`; `false` (and the charge unchanged) when the budget has no room.
+    pub fn resize(&mut self, bytes: usize) -> bool {
+        let bytes = bytes.min(self.cap);
+        if bytes > self.bytes {
+            let more = u32::try_from(bytes - self.bytes).unwrap_or(u32::MAX);
+            match self.permits.try_acquire_many(more) {
+                Ok(p) => p.forget(),
+                Err(_) => return false,
+            }
+        } else {
+            self.permits.add_permits(self.bytes - bytes);
+        }
+        self.bytes = bytes;
+        true
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.permits.add_permits(self.bytes);
+    }
 }
 
 /// Resident set size of this process, where the OS reports it.
@@ -103,5 +144,19 @@ mod tests {
         let all = budget.try_charge(5000).unwrap();
         assert!(budget.try_charge(1).is_none());
         drop(all);
+    }
+
+    #[test]
+    fn a_held_charge_grows_within_the_budget_and_gives_everything_back() {
+        let budget = MemoryBudget::new(1000);
+        let mut held = budget.held();
+        assert!(held.resize(700));
+        let other = budget.try_charge(200).unwrap();
+        assert!(!held.resize(900), "700 + 200 + 200 more > 1000");
+        assert_eq!(budget.in_use(), 900);
+        assert!(held.resize(100));
+        assert_eq!(budget.in_use(), 300);
+        drop((held, other));
+        assert_eq!(budget.in_use(), 0);
     }
 }

@@ -106,7 +106,9 @@ impl Subscription {
         );
         frame.extend_from_slice(self.id.as_bytes());
         frame.extend_from_slice(b"\",\"event\":");
+        let start = frame.len();
         event.write_to(&mut frame);
+        crate::jsonscan::readable_tail(&mut frame, start); // an event stored before the check
         frame.extend_from_slice(b"}}\n");
         self.out.send(frame).await.map_err(|_| Stop)
     }

@@ -201,6 +201,7 @@ pub fn wait(
     if let Some(s) = &p.session_id {
         check_session_id(s, "session_id")?;
     }
+    caller.may_wait()?;
     let state = state.clone();
     let out = caller.out.clone();
     let id = id.map(|i| i.to_owned());

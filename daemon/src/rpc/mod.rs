@@ -1,6 +1,7 @@
 //! JSON-RPC parsing, method dispatch and reply encoding.
 
 mod checkpoints;
+mod storable;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -31,6 +32,8 @@ use crate::subscription::Subscription;
 
 /// Appends one connection may have waiting for their acknowledgement.
 const MAX_APPENDS_IN_FLIGHT: usize = 1024;
+/// `checkpoint.await`s one connection may have waiting at once.
+const MAX_WAITING: usize = 1024;
 
 /// What the methods know of the client calling them: who it is (from the OS), where its
 /// replies go, and its subscriptions. Owned by its connection.
@@ -63,8 +66,27 @@ impl Caller {
 
     /// Keeps a request that answers later, so it ends with the connection.
     fn keep_waiting(&mut self, task: JoinHandle<()>) {
-        self.waiting.retain(|t| !t.is_finished());
         self.waiting.push(task);
+    }
+
+    /// Room for one more request that answers later (finished ones are forgotten first).
+    fn may_wait(&mut self) -> Result<(), RpcError> {
+        self.waiting.retain(|t| !t.is_finished());
+        if self.waiting.len() >= MAX_WAITING {
+            return Err(RpcError::new(
+                codes::CONNECTION_LIMIT,
+                format!("this connection already has {MAX_WAITING} checkpoint.await waiting"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether subscriptions or requests are still under way (the connection is not idle).
+    pub fn holds_anything(&mut self) -> bool {
+        self.waiting.retain(|t| !t.is_finished());
+        !self.subscriptions.is_empty()
+            || !self.waiting.is_empty()
+            || self.in_flight.available_permits() < MAX_APPENDS_IN_FLIGHT
     }
 
     /// Starts a subscription's feed, after its reply was sent.
@@ -348,6 +370,10 @@ pub async fn dispatch(
     charge: OwnedSemaphorePermit,
 ) -> Reply {
     let now = |r: RpcResult| Reply::Now(r);
+    let shape = match storable::check(method, raw) {
+        Ok(shape) => shape,
+        Err(e) => return now(Err(e)),
+    };
     match method {
         "append" => match append(state, caller, raw, id, charge).await {
             Ok(reply) => reply,
@@ -365,8 +391,11 @@ pub async fn dispatch(
         "query" => now(query(state, raw).await),
         "stats" => now(stats(state)),
         "repair" => now(repair(state, raw).await),
-        "ingest" => match ingest(state, caller, raw, id, charge).await {
-            Ok(reply) => reply,
+        "ingest" => match storable::charge_parse(state, shape, charge) {
+            Ok(charge) => match ingest(state, caller, raw, id, charge).await {
+                Ok(reply) => reply,
+                Err(e) => now(Err(e)),
+            },
             Err(e) => now(Err(e)),
         },
         "relay.status" => now(to_json(&state.relay.status().await)),
@@ -543,7 +572,9 @@ fn event_array(events: &[EventJson], out: &mut Vec<u8>) {
         if i > 0 {
             out.push(b',');
         }
+        let start = out.len();
         e.write_to(out);
+        crate::jsonscan::readable_tail(out, start); // an event stored before the check
     }
     out.push(b']');
 }
@@ -593,6 +624,17 @@ fn subscribe(
 ) -> Result<Subscription, RpcError> {
     let p: SubscribeParams = params(raw)?;
     check_session_id(&p.session_id, "session_id")?;
+    let most = state.config.daemon.max_subscriptions_per_connection;
+    caller.subscriptions.retain(|_, t| !t.is_finished());
+    if caller.subscriptions.len() >= most {
+        return Err(RpcError::new(
+            codes::CONNECTION_LIMIT,
+            format!(
+                "this connection already holds {most} subscriptions \
+                 (daemon.max_subscriptions_per_connection); unsubscribe first"
+            ),
+        ));
+    }
     let session = state.store.session(&p.session_id);
     if session.quarantine_reason().is_some() {
         return Err(store_error(state.store.missing(&p.session_id)));
