@@ -348,10 +348,10 @@ impl Config {
         if self.subscriptions.outbound_bytes < 65536 {
             return bad("subscriptions.outbound_bytes", "must be at least 65536");
         }
-        if self.daemon.max_client_memory_bytes < self.daemon.max_frame_bytes {
+        if self.daemon.max_client_memory_bytes < 2 * self.daemon.max_frame_bytes {
             return bad(
                 "daemon.max_client_memory_bytes",
-                "must be at least daemon.max_frame_bytes",
+                "must be at least twice daemon.max_frame_bytes",
             );
         }
         if self.plugins.call_timeout_ms == 0 {

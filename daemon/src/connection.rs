@@ -154,11 +154,7 @@ pub async fn serve(
                 caller.out.send(rpc::error_frame(id.as_deref(), &err)).await
             }
             Ok(Frame::Line) if buf.iter().all(u8::is_ascii_whitespace) => Ok(()),
-            Ok(Frame::Line) => {
-                // The request takes over the line's charge (it copies what it keeps).
-                held.resize(buf.capacity().saturating_sub(buf.len()));
-                handle_line(&state, &mut caller, &buf).await
-            }
+            Ok(Frame::Line) => handle_line(&state, &mut caller, &buf).await,
         };
         if sent.is_err() {
             break;
@@ -217,9 +213,9 @@ fn overloaded(state: &DaemonState, what: &str) -> RpcError {
     RpcError::new(
         codes::OVERLOADED,
         format!(
-            "the daemon holds its limit of {} bytes for clients (daemon.max_client_memory_bytes); \
-             {what}, try again shortly",
-            state.memory.cap()
+            "the daemon holds its limit of memory for clients (daemon.max_client_memory_bytes = \
+             {}); {what}, try again shortly",
+            state.config.daemon.max_client_memory_bytes
         ),
     )
 }

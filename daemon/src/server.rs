@@ -169,8 +169,11 @@ pub async fn run(started: Started, shutdown: impl Future<Output = ()>) {
     let mut failures = AcceptFailures::default();
     tokio::pin!(shutdown);
     loop {
+        // Connections told to make room must close before more are accepted (descriptors).
+        let wait_for_room = !state.slots.may_accept();
         tokio::select! {
-            accepted = listener.accept() => match accepted {
+            () = tokio::time::sleep(Duration::from_millis(5)), if wait_for_room => {}
+            accepted = listener.accept(), if !wait_for_room => match accepted {
                 Ok(stream) => {
                     failures.reset();
                     match state.slots.admit() {

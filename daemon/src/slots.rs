@@ -11,11 +11,16 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
+/// Connections told to make room that may still be closing when the next one is accepted.
+const EVICTING: usize = 16;
+
 /// A connection silent for less than this is never taken over: it may be between two frames.
 const QUIET_FOR: Duration = Duration::from_secs(1);
 
 pub struct Slots {
     max: usize,
+    /// Connections still open, those told to make room included.
+    open: std::sync::atomic::AtomicUsize,
     base: Instant,
     held: Mutex<HashMap<u64, Arc<Slot>>>,
     next: AtomicU64,
@@ -42,6 +47,7 @@ impl Slots {
     pub fn new(max: usize) -> Arc<Slots> {
         Arc::new(Slots {
             max: max.max(1),
+            open: std::sync::atomic::AtomicUsize::new(0),
             base: Instant::now(),
             held: Mutex::new(HashMap::new()),
             next: AtomicU64::new(0),
@@ -50,6 +56,12 @@ impl Slots {
 
     pub fn max(&self) -> usize {
         self.max
+    }
+
+    /// Whether another connection may be accepted now: connections told to make room close
+    /// a moment later, and accepting faster than they do would run out of descriptors.
+    pub fn may_accept(&self) -> bool {
+        self.open.load(Ordering::Relaxed) < self.max + EVICTING
     }
 
     /// A slot for a new connection, taking one over if all are held; `None` if all are busy.
@@ -69,6 +81,7 @@ impl Slots {
             evicted: Notify::new(),
         });
         held.insert(slot.id, slot.clone());
+        self.open.fetch_add(1, Ordering::Relaxed);
         Some(SlotGuard {
             slots: self.clone(),
             slot,
@@ -114,6 +127,7 @@ impl SlotGuard {
 impl Drop for SlotGuard {
     fn drop(&mut self) {
         self.slots.held.lock().unwrap().remove(&self.slot.id);
+        self.slots.open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -53,9 +53,8 @@ pub fn charge_parse(
             codes::INVALID_PARAMS,
             format!(
                 "event holds {} JSON values; parsing it would take about {bytes} bytes, more than \
-                 the daemon holds for all clients (daemon.max_client_memory_bytes = {})",
-                shape.values,
-                state.memory.cap()
+                 the daemon holds for requests (half of daemon.max_client_memory_bytes = {})",
+                shape.values, state.config.daemon.max_client_memory_bytes
             ),
         ));
     }
@@ -67,10 +66,9 @@ pub fn charge_parse(
         return Err(RpcError::new(
             codes::OVERLOADED,
             format!(
-                "the daemon holds its limit of {} bytes for clients (daemon.max_client_memory_bytes); \
-                 this event ({} values to parse) was not carried out, try again shortly",
-                state.memory.cap(),
-                shape.values
+                "the daemon holds its limit of memory for clients (daemon.max_client_memory_bytes = \
+                 {}); this event ({} values to parse) was not carried out, try again shortly",
+                state.config.daemon.max_client_memory_bytes, shape.values
             ),
         ));
     };
