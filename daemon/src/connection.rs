@@ -27,7 +27,7 @@ use crate::state::{DaemonState, Held};
 /// connection does not keep the largest frame it ever read.
 const KEPT_BUFFER_BYTES: usize = 64 * 1024;
 
-fn peer_of(stream: &Stream) -> PeerInfo {
+pub fn peer_of(stream: &Stream) -> PeerInfo {
     match stream.peer_creds() {
         #[cfg(unix)]
         Ok(c) => PeerInfo {
@@ -131,6 +131,12 @@ pub async fn serve(
                 break;
             }
         };
+        if matches!(
+            frame,
+            Ok(Frame::Line | Frame::TooLong { .. } | Frame::Overloaded { .. })
+        ) {
+            slot.frame_done(); // before its reply can reach the client
+        }
         let sent = match frame {
             Ok(Frame::Eof) | Err(_) => break,
             Ok(Frame::Overloaded { bytes }) => {

@@ -176,7 +176,7 @@ pub async fn run(started: Started, shutdown: impl Future<Output = ()>) {
             accepted = listener.accept(), if !wait_for_room => match accepted {
                 Ok(stream) => {
                     failures.reset();
-                    match state.slots.admit() {
+                    match state.slots.admit(crate::connection::peer_of(&stream).pid) {
                         Some(slot) => {
                             connections.spawn(crate::connection::serve(stream, state.clone(), stop_rx.clone(), slot));
                         }

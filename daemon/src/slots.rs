@@ -1,8 +1,9 @@
 //! Connection slots: at most `daemon.max_connections` connections are served at once. A
 //! newcomer past that takes the place of a connection that holds nothing: first the oldest
-//! that never finished a frame, else the one quiet longest. So a flood of idle or quiet sockets
-//! from one client never locks out a hook, whose connection sends its frame at once; only when
-//! every connection is busy is the newcomer refused.
+//! that never finished a frame, else the one quiet longest. When every connection is busy
+//! (subscribed, say) and one process holds half of them or more, a newcomer from another
+//! process takes the place of that process's oldest one. So a flood from one client, idle or
+//! busy, never locks out a hook; otherwise the newcomer is refused.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -30,6 +31,8 @@ pub struct Slots {
 pub struct Slot {
     id: u64,
     opened: Instant,
+    /// The peer's process, as the OS reported it.
+    pid: Option<i32>,
     framed: AtomicBool,
     /// Milliseconds (since `Slots::base`, plus 1) since the connection holds nothing; 0: busy.
     quiet_since: AtomicU64,
@@ -64,11 +67,12 @@ impl Slots {
         self.open.load(Ordering::Relaxed) < self.max + EVICTING
     }
 
-    /// A slot for a new connection, taking one over if all are held; `None` if all are busy.
-    pub fn admit(self: &Arc<Self>) -> Option<SlotGuard> {
+    /// A slot for a new connection from process `pid`, taking one over if all are held;
+    /// `None` if all are busy and no other process holds too many.
+    pub fn admit(self: &Arc<Self>, pid: Option<i32>) -> Option<SlotGuard> {
         let mut held = self.held.lock().unwrap();
         if held.len() >= self.max {
-            let victim = self.victim(&held)?;
+            let victim = self.victim(&held).or_else(|| self.hog(&held, pid))?;
             if let Some(v) = held.remove(&victim) {
                 v.evicted.notify_one();
             }
@@ -76,6 +80,7 @@ impl Slots {
         let slot = Arc::new(Slot {
             id: self.next.fetch_add(1, Ordering::Relaxed),
             opened: Instant::now(),
+            pid,
             framed: AtomicBool::new(false),
             quiet_since: AtomicU64::new(0),
             evicted: Notify::new(),
@@ -105,6 +110,23 @@ impl Slots {
             .map(|(_, id)| id)
     }
 
+    /// The oldest connection of the process holding the most, if it holds half the slots or
+    /// more and is not the newcomer's own.
+    fn hog(&self, held: &HashMap<u64, Arc<Slot>>, newcomer: Option<i32>) -> Option<u64> {
+        let mut per_pid: HashMap<i32, usize> = HashMap::new();
+        for pid in held.values().filter_map(|s| s.pid) {
+            *per_pid.entry(pid).or_default() += 1;
+        }
+        let (&pid, &n) = per_pid.iter().max_by_key(|&(_, n)| *n)?;
+        if 2 * n < self.max || Some(pid) == newcomer {
+            return None;
+        }
+        held.values()
+            .filter(|s| s.pid == Some(pid))
+            .min_by_key(|s| s.opened)
+            .map(|s| s.id)
+    }
+
     fn now(&self) -> u64 {
         self.base.elapsed().as_millis() as u64 + 1
     }
@@ -116,9 +138,14 @@ impl SlotGuard {
         self.slot.quiet_since.store(0, Ordering::Relaxed);
     }
 
+    /// A frame arrived whole (still busy: it is being handled).
+    pub fn frame_done(&self) {
+        self.slot.framed.store(true, Ordering::Relaxed);
+    }
+
     /// A frame was handled; `holding` when subscriptions or requests are still under way.
     pub fn framed(&self, holding: bool) {
-        self.slot.framed.store(true, Ordering::Relaxed);
+        self.frame_done();
         let since = if holding { 0 } else { self.slots.now() };
         self.slot.quiet_since.store(since, Ordering::Relaxed);
     }
@@ -137,21 +164,34 @@ mod tests {
 
     #[test]
     fn a_newcomer_takes_the_place_of_an_unframed_then_a_quiet_connection_never_a_busy_one() {
-        let slots = Slots::new(2);
-        let busy = slots.admit().unwrap();
+        let slots = Slots::new(4);
+        let busy = slots.admit(Some(1)).unwrap();
         busy.framed(true);
-        let idle = slots.admit().unwrap();
-        let newcomer = slots.admit().expect("the idle one makes room");
-        assert!(tokio_test_notified(&idle.slot.evicted));
+        let mine: Vec<SlotGuard> = (0..2).map(|_| slots.admit(Some(2)).unwrap()).collect();
+        mine.iter().for_each(|s| s.framed(true));
+        let idle = slots.admit(Some(3)).unwrap();
+        let newcomer = slots.admit(Some(3)).expect("the idle one makes room");
+        assert!(notified(&idle.slot.evicted));
         newcomer.framed(true);
-        assert!(slots.admit().is_none(), "both connections are busy");
+        let fourth = slots
+            .admit(Some(4))
+            .expect("process 2 holds half the slots");
+        assert!(notified(&mine[0].slot.evicted), "its oldest made room");
+        fourth.framed(true);
+        assert!(
+            slots.admit(Some(4)).is_none(),
+            "all busy, nobody holds half"
+        );
         newcomer.framed(false);
-        assert!(slots.admit().is_none(), "quiet for less than a second");
+        assert!(
+            slots.admit(Some(4)).is_none(),
+            "quiet for less than a second"
+        );
         drop(busy);
-        assert!(slots.admit().is_some(), "a freed slot is free");
+        assert!(slots.admit(Some(4)).is_some(), "a freed slot is free");
     }
 
-    fn tokio_test_notified(n: &Notify) -> bool {
+    fn notified(n: &Notify) -> bool {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()

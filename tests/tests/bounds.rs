@@ -359,7 +359,8 @@ fn a_flood_of_idle_connections_never_locks_out_a_hook() {
     );
     assert!(!stderr.contains("accept failed"), "{stderr}");
 
-    // Every connection busy (each holds a subscription): the newcomer is refused, clearly.
+    // Every connection busy (each holds a subscription), all of this process: another
+    // connection of the same process is refused, clearly; a hook takes the oldest's place.
     let d = Daemon::start_with("[daemon]\nmax_connections = 4\n");
     let mut busy: Vec<Client> = (0..4).map(|_| d.client()).collect();
     for b in &mut busy {
@@ -373,7 +374,33 @@ fn a_flood_of_idle_connections_never_locks_out_a_hook() {
     refused.read_to_string(&mut reply).unwrap();
     let v: Value = serde_json::from_str(reply.trim()).unwrap();
     assert_eq!(v["error"]["code"], TOO_MANY_CONNECTIONS, "{v}");
-    drop(busy.pop());
+    let mut hook = spawn_hook(&d.socket(), &claude_pre_tool_use("h2", "call-2", "ls"));
+    assert!(
+        wait_child(&mut hook, Duration::from_secs(20))
+            .expect("the hook hung")
+            .success()
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut told = None;
+    while let Ok(v) = busy[0].read_frame_until(deadline) {
+        if v.get("error").is_some() {
+            told = Some(v);
+            break;
+        }
+    }
+    assert!(
+        told.as_ref()
+            .is_some_and(|v| v["error"]["code"] == TOO_MANY_CONNECTIONS),
+        "the oldest connection of the busiest process made room: {told:?}"
+    );
+    drop(busy.remove(0));
+    let mut c = busy.pop().unwrap();
+    drop(busy);
+    let events = c.read_all("h2");
+    assert!(
+        events.iter().any(|e| e["type"] == "execution.tool_use"),
+        "{events:?}"
+    );
     wait_until("a freed slot serves a new client", || {
         Client::connect(&d.socket())
             .try_call("hello", json!({}))
