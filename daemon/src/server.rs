@@ -230,13 +230,15 @@ fn connection_limit(config: &Config) -> usize {
         };
         // SAFETY: getrlimit writes only into `lim`.
         if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
-            let room = (lim.rlim_cur as u64)
+            #[allow(clippy::unnecessary_cast)] // rlim_t is not u64 everywhere
+            let soft = lim.rlim_cur as u64;
+            let room = soft
                 .saturating_sub(config.store.max_open_files as u64 + 64)
                 .max(8) as usize;
             if room < want {
                 tracing::warn!(
                     max_connections = want,
-                    open_file_limit = lim.rlim_cur as u64,
+                    open_file_limit = soft,
                     serving = room,
                     "daemon.max_connections lowered to fit the open-file limit"
                 );
