@@ -104,6 +104,7 @@ pub async fn serve(
     let (out, out_rx) = Outbound::new(state.config.subscriptions.outbound_bytes);
     let writer = tokio::spawn(write_frames(stream.clone(), out_rx));
     let mut caller = Caller::new(peer, out);
+    slot.watch(caller.work());
 
     let mut reader = BufReader::with_capacity(64 * 1024, &*stream);
     let mut buf = Vec::new();
@@ -166,7 +167,7 @@ pub async fn serve(
             break;
         }
         first = false;
-        slot.framed(caller.holds_anything());
+        slot.framed();
         if buf.capacity() > KEPT_BUFFER_BYTES {
             buf.clear();
             buf.shrink_to(KEPT_BUFFER_BYTES);

@@ -6,11 +6,11 @@
 //! busy, never locks out a hook; otherwise the newcomer is refused.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 
 /// Connections told to make room that may still be closing when the next one is accepted.
 const EVICTING: usize = 16;
@@ -21,7 +21,7 @@ const QUIET_FOR: Duration = Duration::from_secs(1);
 pub struct Slots {
     max: usize,
     /// Connections still open, those told to make room included.
-    open: std::sync::atomic::AtomicUsize,
+    open: AtomicUsize,
     base: Instant,
     held: Mutex<HashMap<u64, Arc<Slot>>>,
     next: AtomicU64,
@@ -34,10 +34,26 @@ pub struct Slot {
     /// The peer's process, as the OS reported it.
     pid: Option<i32>,
     framed: AtomicBool,
-    /// Milliseconds (since `Slots::base`, plus 1) since the connection holds nothing; 0: busy.
+    /// Milliseconds (since `Slots::base`, plus 1) of its last frame; 0: a frame is arriving.
     quiet_since: AtomicU64,
+    /// What it has under way, read when a newcomer needs room (work ends between frames).
+    work: OnceLock<Work>,
     /// Wakes the connection when its slot was given to a newcomer.
     pub evicted: Notify,
+}
+
+/// A connection's work: subscriptions and waiting requests (a count), and its appends and
+/// ingests in flight (the permits of a semaphore of `size`).
+pub struct Work {
+    pub tasks: Arc<AtomicUsize>,
+    pub in_flight: Arc<Semaphore>,
+    pub size: usize,
+}
+
+impl Work {
+    fn idle(&self) -> bool {
+        self.tasks.load(Ordering::Relaxed) == 0 && self.in_flight.available_permits() == self.size
+    }
 }
 
 /// A slot in use; dropping it frees the slot.
@@ -50,7 +66,7 @@ impl Slots {
     pub fn new(max: usize) -> Arc<Slots> {
         Arc::new(Slots {
             max: max.max(1),
-            open: std::sync::atomic::AtomicUsize::new(0),
+            open: AtomicUsize::new(0),
             base: Instant::now(),
             held: Mutex::new(HashMap::new()),
             next: AtomicU64::new(0),
@@ -83,6 +99,7 @@ impl Slots {
             pid,
             framed: AtomicBool::new(false),
             quiet_since: AtomicU64::new(0),
+            work: OnceLock::new(),
             evicted: Notify::new(),
         });
         held.insert(slot.id, slot.clone());
@@ -104,6 +121,7 @@ impl Slots {
         // Quiet since at most `limit` (in `now` units): quiet for QUIET_FOR or longer.
         let limit = self.now().checked_sub(QUIET_FOR.as_millis() as u64)?;
         held.values()
+            .filter(|s| s.work.get().is_none_or(Work::idle))
             .map(|s| (s.quiet_since.load(Ordering::Relaxed), s.id))
             .filter(|&(q, _)| q != 0 && q <= limit)
             .min()
@@ -143,11 +161,17 @@ impl SlotGuard {
         self.slot.framed.store(true, Ordering::Relaxed);
     }
 
-    /// A frame was handled; `holding` when subscriptions or requests are still under way.
-    pub fn framed(&self, holding: bool) {
+    /// A frame was handled.
+    pub fn framed(&self) {
         self.frame_done();
-        let since = if holding { 0 } else { self.slots.now() };
-        self.slot.quiet_since.store(since, Ordering::Relaxed);
+        self.slot
+            .quiet_since
+            .store(self.slots.now(), Ordering::Relaxed);
+    }
+
+    /// Lets the slot see the connection's work (once).
+    pub fn watch(&self, work: Work) {
+        let _ = self.slot.work.set(work);
     }
 }
 
@@ -165,24 +189,44 @@ mod tests {
     #[test]
     fn a_newcomer_takes_the_place_of_an_unframed_then_a_quiet_connection_never_a_busy_one() {
         let slots = Slots::new(4);
+        let at_work = || {
+            let tasks = Arc::new(AtomicUsize::new(1));
+            let in_flight = Arc::new(Semaphore::new(1));
+            (
+                Work {
+                    tasks: tasks.clone(),
+                    in_flight,
+                    size: 1,
+                },
+                tasks,
+            )
+        };
         let busy = slots.admit(Some(1)).unwrap();
-        busy.framed(true);
+        let (work, _busy_tasks) = at_work();
+        busy.watch(work);
+        busy.framed();
         let mine: Vec<SlotGuard> = (0..2).map(|_| slots.admit(Some(2)).unwrap()).collect();
-        mine.iter().for_each(|s| s.framed(true));
+        for s in &mine {
+            s.watch(at_work().0);
+            s.framed();
+        }
         let idle = slots.admit(Some(3)).unwrap();
         let newcomer = slots.admit(Some(3)).expect("the idle one makes room");
         assert!(notified(&idle.slot.evicted));
-        newcomer.framed(true);
+        let (work, newcomer_tasks) = at_work();
+        newcomer.watch(work);
+        newcomer.framed();
         let fourth = slots
             .admit(Some(4))
             .expect("process 2 holds half the slots");
         assert!(notified(&mine[0].slot.evicted), "its oldest made room");
-        fourth.framed(true);
+        fourth.watch(at_work().0);
+        fourth.framed();
         assert!(
             slots.admit(Some(4)).is_none(),
             "all busy, nobody holds half"
         );
-        newcomer.framed(false);
+        newcomer_tasks.store(0, Ordering::Relaxed);
         assert!(
             slots.admit(Some(4)).is_none(),
             "quiet for less than a second"

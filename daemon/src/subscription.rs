@@ -44,12 +44,13 @@ impl Drop for ActiveSubscription {
 struct Stop;
 
 impl Subscription {
-    /// Starts the feed in its own task; the count in `stats` follows the task's life.
-    pub fn spawn(self) -> tokio::task::JoinHandle<()> {
+    /// Starts the feed in its own task; the count in `stats` follows the task's life, and so
+    /// does `held` (its connection's count of work under way).
+    pub fn spawn(self, held: impl Send + 'static) -> tokio::task::JoinHandle<()> {
         let count = ActiveSubscription::new(self.state.clone());
         let mut sub = self;
         tokio::spawn(async move {
-            let _count = count;
+            let _count = (count, held);
             let _ = sub.serve().await;
         })
     }

@@ -206,7 +206,9 @@ pub fn wait(
     let out = caller.out.clone();
     let id = id.map(|i| i.to_owned());
     let to = decider(caller);
+    let count = caller.count_task();
     let task = tokio::spawn(async move {
+        let _count = count;
         let result = state
             .checkpoints
             .wait(

@@ -4,7 +4,7 @@ mod checkpoints;
 mod storable;
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use dstream_sdk::RpcError;
@@ -42,6 +42,8 @@ pub struct Caller {
     pub out: Outbound,
     in_flight: Arc<Semaphore>,
     subscriptions: HashMap<String, JoinHandle<()>>,
+    /// Subscriptions and waiting requests still running (see `TaskCount`).
+    tasks: Arc<AtomicUsize>,
     /// Requests answered later (`checkpoint.await`): ended with the connection.
     waiting: Vec<JoinHandle<()>>,
     next_subscription: u64,
@@ -54,6 +56,7 @@ impl Caller {
             out,
             in_flight: Arc::new(Semaphore::new(MAX_APPENDS_IN_FLIGHT)),
             subscriptions: HashMap::new(),
+            tasks: Arc::default(),
             waiting: Vec::new(),
             next_subscription: 0,
         }
@@ -81,17 +84,34 @@ impl Caller {
         Ok(())
     }
 
-    /// Whether subscriptions or requests are still under way (the connection is not idle).
-    pub fn holds_anything(&mut self) -> bool {
-        self.waiting.retain(|t| !t.is_finished());
-        !self.subscriptions.is_empty()
-            || !self.waiting.is_empty()
-            || self.in_flight.available_permits() < MAX_APPENDS_IN_FLIGHT
+    /// What this connection has under way, for its slot to see.
+    pub fn work(&self) -> crate::slots::Work {
+        crate::slots::Work {
+            tasks: self.tasks.clone(),
+            in_flight: self.in_flight.clone(),
+            size: MAX_APPENDS_IN_FLIGHT,
+        }
+    }
+
+    /// Counts a task (subscription, waiting request) as under way until the guard drops.
+    fn count_task(&self) -> TaskCount {
+        self.tasks.fetch_add(1, Ordering::Relaxed);
+        TaskCount(self.tasks.clone())
     }
 
     /// Starts a subscription's feed, after its reply was sent.
     pub fn start(&mut self, sub: Subscription) {
-        self.subscriptions.insert(sub.id.clone(), sub.spawn());
+        let count = self.count_task();
+        self.subscriptions.insert(sub.id.clone(), sub.spawn(count));
+    }
+}
+
+/// Held by a running task of a connection; dropped (also on abort) when it ends.
+pub struct TaskCount(Arc<AtomicUsize>);
+
+impl Drop for TaskCount {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
