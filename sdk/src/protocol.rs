@@ -55,9 +55,9 @@ pub mod codes {
     /// The checkpoint's request is still being written; try again shortly.
     pub const CHECKPOINT_NOT_READY: i64 = -32012;
     /// The daemon serves `daemon.max_connections` busy connections already; retry shortly.
-    pub const TOO_MANY_CONNECTIONS: i64 = -32013;
+    pub const TOO_MANY_CONNECTIONS: i64 = -32014;
     /// This connection holds its limit of subscriptions or waiting `checkpoint.await`s.
-    pub const CONNECTION_LIMIT: i64 = -32014;
+    pub const CONNECTION_LIMIT: i64 = -32015;
 }
 
 /// A request frame as the client sends it.

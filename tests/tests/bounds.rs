@@ -17,8 +17,8 @@ use dstream_tests::{
 
 const INVALID_PARAMS: i64 = codes::INVALID_PARAMS;
 const OVERLOADED: i64 = -32008;
-const TOO_MANY_CONNECTIONS: i64 = -32013;
-const CONNECTION_LIMIT: i64 = -32014;
+const TOO_MANY_CONNECTIONS: i64 = -32014;
+const CONNECTION_LIMIT: i64 = -32015;
 const MIB: u64 = 1 << 20;
 
 fn rss(d: &Daemon) -> u64 {
