@@ -33,6 +33,9 @@ pub struct DaemonConfig {
     pub data_dir: PathBuf,
     pub max_frame_bytes: usize,
     pub max_client_memory_bytes: usize,
+    pub max_connections: usize,
+    pub idle_timeout_ms: u64,
+    pub max_subscriptions_per_connection: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -315,6 +318,18 @@ impl Config {
         if self.daemon.max_frame_bytes < 1024 {
             return bad("daemon.max_frame_bytes", "must be at least 1024");
         }
+        if self.daemon.max_connections == 0 {
+            return bad("daemon.max_connections", "must be at least 1");
+        }
+        if self.daemon.idle_timeout_ms == 0 {
+            return bad("daemon.idle_timeout_ms", "must be at least 1");
+        }
+        if self.daemon.max_subscriptions_per_connection == 0 {
+            return bad(
+                "daemon.max_subscriptions_per_connection",
+                "must be at least 1",
+            );
+        }
         if self.store.fsync_interval_ms == 0 {
             return bad("store.fsync_interval_ms", "must be at least 1");
         }
@@ -333,10 +348,10 @@ impl Config {
         if self.subscriptions.outbound_bytes < 65536 {
             return bad("subscriptions.outbound_bytes", "must be at least 65536");
         }
-        if self.daemon.max_client_memory_bytes < self.daemon.max_frame_bytes {
+        if self.daemon.max_client_memory_bytes < 2 * self.daemon.max_frame_bytes {
             return bad(
                 "daemon.max_client_memory_bytes",
-                "must be at least daemon.max_frame_bytes",
+                "must be at least twice daemon.max_frame_bytes",
             );
         }
         if self.plugins.call_timeout_ms == 0 {

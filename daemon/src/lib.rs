@@ -39,6 +39,7 @@ pub mod plugins;
 pub mod relay;
 mod rpc;
 pub mod server;
+mod slots;
 pub mod state;
 pub mod store;
 mod subscription;

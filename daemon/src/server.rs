@@ -138,6 +138,7 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
     );
     let state = Arc::new(DaemonState {
         memory: MemoryBudget::new(config.daemon.max_client_memory_bytes),
+        slots: crate::slots::Slots::new(connection_limit(&config)),
         config,
         store,
         hub,
@@ -166,16 +167,38 @@ pub async fn run(started: Started, shutdown: impl Future<Output = ()>) {
     } = started;
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut connections = JoinSet::new();
+    let mut failures = AcceptFailures::default();
     tokio::pin!(shutdown);
     loop {
+        // Connections told to make room must close before more are accepted (descriptors).
+        let wait_for_room = !state.slots.may_accept();
         tokio::select! {
-            accepted = listener.accept() => match accepted {
+            () = tokio::time::sleep(Duration::from_millis(5)), if wait_for_room => {}
+            accepted = listener.accept(), if !wait_for_room => match accepted {
                 Ok(stream) => {
-                    connections.spawn(crate::connection::serve(stream, state.clone(), stop_rx.clone()));
+                    failures.reset();
+                    match state.slots.admit(crate::connection::peer_of(&stream).pid) {
+                        Some(slot) => {
+                            connections.spawn(crate::connection::serve(stream, state.clone(), stop_rx.clone(), slot));
+                        }
+                        None => {
+                            let message = format!(
+                                "too many connections: the daemon serves {} (daemon.max_connections) \
+                                 and every one is busy; try again shortly",
+                                state.slots.max()
+                            );
+                            connections.spawn(async move {
+                                crate::connection::refuse(&stream, dstream_sdk::protocol::codes::TOO_MANY_CONNECTIONS, message).await;
+                            });
+                        }
+                    }
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    let pause = failures.failed(&e);
+                    tokio::select! {
+                        () = tokio::time::sleep(pause) => {}
+                        () = &mut shutdown => break,
+                    }
                 }
             },
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
@@ -193,6 +216,68 @@ pub async fn run(started: Started, shutdown: impl Future<Output = ()>) {
     .await;
     remove_socket(&socket);
     tracing::info!("stopped");
+}
+
+/// How many connections to serve: `daemon.max_connections`, lowered to what the open-file
+/// limit leaves once the store's logs and a margin (WAL, plugins, relay) are counted, so that
+/// accept never fails for want of descriptors while the daemon is full.
+fn connection_limit(config: &Config) -> usize {
+    let want = config.daemon.max_connections;
+    #[cfg(unix)]
+    {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes only into `lim`.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+            #[allow(clippy::unnecessary_cast)] // rlim_t is not u64 everywhere
+            let soft = lim.rlim_cur as u64;
+            let room = soft
+                .saturating_sub(config.store.max_open_files as u64 + 64)
+                .max(8) as usize;
+            if room < want {
+                tracing::warn!(
+                    max_connections = want,
+                    open_file_limit = soft,
+                    serving = room,
+                    "daemon.max_connections lowered to fit the open-file limit"
+                );
+                return room;
+            }
+        }
+    }
+    want
+}
+
+/// Failed accepts (out of descriptors, say): back off, doubling up to a second, and log once
+/// per 10 s with a count instead of at every try.
+#[derive(Default)]
+struct AcceptFailures {
+    streak: u32,
+    unlogged: u64,
+    logged: Option<Instant>,
+}
+
+impl AcceptFailures {
+    fn failed(&mut self, e: &io::Error) -> Duration {
+        self.streak = self.streak.saturating_add(1);
+        self.unlogged += 1;
+        if self
+            .logged
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(10))
+        {
+            tracing::warn!(error = %e, failures = self.unlogged, "accept failed");
+            self.unlogged = 0;
+            self.logged = Some(Instant::now());
+        }
+        Duration::from_millis(50u64 << self.streak.min(5).saturating_sub(1))
+            .min(Duration::from_secs(1))
+    }
+
+    fn reset(&mut self) {
+        self.streak = 0;
+    }
 }
 
 /// Runs the daemon until SIGINT or SIGTERM. Everything acknowledged is on disk when it returns.

@@ -37,24 +37,34 @@ pub struct DaemonState {
     pub _watcher: Option<crate::watch::Watcher>,
     pub stats: ServerStats,
     pub memory: MemoryBudget,
+    pub slots: Arc<crate::slots::Slots>,
     pub started: Instant,
     /// The agents' processes: no decision may come from one of them or their children.
     pub agents: crate::agent_procs::AgentProcs,
 }
 
-/// Bytes of requests the daemon holds for all clients together (frames being handled,
-/// appends waiting for their commit). Past it, new requests are refused with a clear error
-/// instead of the daemon growing until the OS kills it.
+/// Bytes the daemon holds for all clients together. Past it, new requests are refused with a
+/// clear error instead of the daemon growing until the OS kills it. Half is for requests
+/// being handled (appends waiting for their commit, ingests being parsed), half for frames
+/// still arriving (beyond the first [`FREE_FRAME_BYTES`] of each connection), so a client
+/// that never finishes its frames cannot starve the requests of the others.
 pub struct MemoryBudget {
     permits: Arc<Semaphore>,
+    frames: Arc<Semaphore>,
     cap: usize,
 }
 
+/// Bytes of a connection's frame buffer not charged to the budget (like its read buffer, they
+/// are bounded by `daemon.max_connections`), so that small requests always get through.
+pub const FREE_FRAME_BYTES: usize = 64 * 1024;
+
 impl MemoryBudget {
+    /// `cap_bytes` in all: half for requests, half for frames still arriving.
     pub fn new(cap_bytes: usize) -> MemoryBudget {
-        let cap = cap_bytes.clamp(1, Semaphore::MAX_PERMITS);
+        let cap = (cap_bytes / 2).clamp(1, Semaphore::MAX_PERMITS);
         MemoryBudget {
             permits: Arc::new(Semaphore::new(cap)),
+            frames: Arc::new(Semaphore::new(cap)),
             cap,
         }
     }
@@ -67,11 +77,54 @@ impl MemoryBudget {
 
     /// Bytes currently held for clients.
     pub fn in_use(&self) -> usize {
-        self.cap - self.permits.available_permits()
+        2 * self.cap - self.permits.available_permits() - self.frames.available_permits()
     }
 
+    /// Bytes held for requests at most (half the budget).
     pub fn cap(&self) -> usize {
         self.cap
+    }
+
+    /// An empty charge on the frames' half, that grows and shrinks with a connection's frame
+    /// buffer (less its first [`FREE_FRAME_BYTES`]).
+    pub fn held(&self) -> Held {
+        Held {
+            permits: self.frames.clone(),
+            bytes: 0,
+            cap: self.cap,
+        }
+    }
+}
+
+/// A charge on the budget that follows the size of something that grows and shrinks.
+pub struct Held {
+    permits: Arc<Semaphore>,
+    bytes: usize,
+    cap: usize,
+}
+
+impl Held {
+    /// Makes the charge fit a buffer of `capacity` bytes; `false` (and the charge unchanged)
+    /// when the budget has no room.
+    pub fn resize(&mut self, capacity: usize) -> bool {
+        let bytes = capacity.saturating_sub(FREE_FRAME_BYTES).min(self.cap);
+        if bytes > self.bytes {
+            let more = u32::try_from(bytes - self.bytes).unwrap_or(u32::MAX);
+            match self.permits.try_acquire_many(more) {
+                Ok(p) => p.forget(),
+                Err(_) => return false,
+            }
+        } else {
+            self.permits.add_permits(self.bytes - bytes);
+        }
+        self.bytes = bytes;
+        true
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.permits.add_permits(self.bytes);
     }
 }
 
@@ -94,7 +147,7 @@ mod tests {
 
     #[test]
     fn the_budget_refuses_past_its_cap_and_recovers_when_charges_end() {
-        let budget = MemoryBudget::new(1000);
+        let budget = MemoryBudget::new(2000);
         let a = budget.try_charge(600).unwrap();
         assert!(budget.try_charge(600).is_none(), "600 + 600 > 1000");
         let b = budget.try_charge(400).unwrap();
@@ -105,5 +158,23 @@ mod tests {
         let all = budget.try_charge(5000).unwrap();
         assert!(budget.try_charge(1).is_none());
         drop(all);
+    }
+
+    #[test]
+    fn a_held_charge_grows_within_the_budget_and_gives_everything_back() {
+        let budget = MemoryBudget::new(2000);
+        let mut held = budget.held();
+        let mut other = budget.held();
+        assert!(held.resize(FREE_FRAME_BYTES + 700));
+        assert!(other.resize(FREE_FRAME_BYTES + 200));
+        assert!(!held.resize(FREE_FRAME_BYTES + 900), "900 + 200 > 1000");
+        let request = budget
+            .try_charge(1000)
+            .expect("requests have their own half");
+        assert_eq!(budget.in_use(), 1900);
+        assert!(held.resize(100), "the first FREE_FRAME_BYTES are free");
+        assert_eq!(budget.in_use(), 1200);
+        drop((held, other, request));
+        assert_eq!(budget.in_use(), 0);
     }
 }

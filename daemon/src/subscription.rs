@@ -44,12 +44,13 @@ impl Drop for ActiveSubscription {
 struct Stop;
 
 impl Subscription {
-    /// Starts the feed in its own task; the count in `stats` follows the task's life.
-    pub fn spawn(self) -> tokio::task::JoinHandle<()> {
+    /// Starts the feed in its own task; the count in `stats` follows the task's life, and so
+    /// does `held` (its connection's count of work under way).
+    pub fn spawn(self, held: impl Send + 'static) -> tokio::task::JoinHandle<()> {
         let count = ActiveSubscription::new(self.state.clone());
         let mut sub = self;
         tokio::spawn(async move {
-            let _count = count;
+            let _count = (count, held);
             let _ = sub.serve().await;
         })
     }
@@ -106,7 +107,9 @@ impl Subscription {
         );
         frame.extend_from_slice(self.id.as_bytes());
         frame.extend_from_slice(b"\",\"event\":");
+        let start = frame.len();
         event.write_to(&mut frame);
+        crate::jsonscan::readable_tail(&mut frame, start); // an event stored before the check
         frame.extend_from_slice(b"}}\n");
         self.out.send(frame).await.map_err(|_| Stop)
     }

@@ -57,6 +57,10 @@ pub mod codes {
     /// A checkpoint decision came from an agent's process (or one it started): an agent may
     /// not release its own brake.
     pub const DECISION_FROM_AGENT: i64 = -32013;
+    /// The daemon serves `daemon.max_connections` busy connections already; retry shortly.
+    pub const TOO_MANY_CONNECTIONS: i64 = -32014;
+    /// This connection holds its limit of subscriptions or waiting `checkpoint.await`s.
+    pub const CONNECTION_LIMIT: i64 = -32015;
 }
 
 /// A request frame as the client sends it.

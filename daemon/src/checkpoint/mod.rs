@@ -353,6 +353,31 @@ fn state_of(action: &str, expired: bool) -> &'static str {
     }
 }
 
+/// One `wait` in progress. Ending it unanswered (its timeout passed, or its connection went
+/// away and the task was dropped) removes every abandoned waiter of the checkpoint, so that
+/// short awaits on a long-pending checkpoint do not pile up.
+struct Waiter<'a> {
+    checkpoints: &'a Checkpoints,
+    id: &'a str,
+    rx: Option<oneshot::Receiver<CheckpointInfo>>,
+}
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        drop(self.rx.take()); // closes this waiter's own sender first
+        if let Some(e) = self
+            .checkpoints
+            .table
+            .lock()
+            .unwrap()
+            .entries
+            .get_mut(self.id)
+        {
+            e.waiters.retain(|w| !w.is_closed());
+        }
+    }
+}
+
 impl Checkpoints {
     /// Opens the checkpoint state under `data_dir`, rebuilds the open checkpoints from the
     /// logs the markers name, and starts the deadline task (on the current runtime).
@@ -959,10 +984,17 @@ impl Checkpoints {
             self.find(id, session)?;
             return Box::pin(self.wait(id, None, timeout)).await;
         };
+        let mut waiter = Waiter {
+            checkpoints: self,
+            id,
+            rx: Some(rx),
+        };
+        let rx = waiter.rx.as_mut().expect("just set");
         let decided = match timeout {
             Some(t) => match tokio::time::timeout(t, rx).await {
                 Ok(r) => r,
                 Err(_) => {
+                    drop(waiter);
                     return self
                         .get(id)
                         .ok_or_else(|| CheckpointError::NotFound(id.to_string()));

@@ -222,11 +222,14 @@ pub fn wait(
     if let Some(s) = &p.session_id {
         check_session_id(s, "session_id")?;
     }
+    caller.may_wait()?;
     let state = state.clone();
     let out = caller.out.clone();
     let id = id.map(|i| i.to_owned());
     let to = decider(caller);
+    let count = caller.count_task();
     let task = tokio::spawn(async move {
+        let _count = count;
         let result = state
             .checkpoints
             .wait(

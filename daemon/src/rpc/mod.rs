@@ -1,9 +1,10 @@
 //! JSON-RPC parsing, method dispatch and reply encoding.
 
 mod checkpoints;
+mod storable;
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use dstream_sdk::RpcError;
@@ -31,6 +32,8 @@ use crate::subscription::Subscription;
 
 /// Appends one connection may have waiting for their acknowledgement.
 const MAX_APPENDS_IN_FLIGHT: usize = 1024;
+/// `checkpoint.await`s one connection may have waiting at once.
+const MAX_WAITING: usize = 1024;
 
 /// What the methods know of the client calling them: who it is (from the OS), where its
 /// replies go, and its subscriptions. Owned by its connection.
@@ -39,6 +42,8 @@ pub struct Caller {
     pub out: Outbound,
     in_flight: Arc<Semaphore>,
     subscriptions: HashMap<String, JoinHandle<()>>,
+    /// Subscriptions and waiting requests still running (see `TaskCount`).
+    tasks: Arc<AtomicUsize>,
     /// Requests answered later (`checkpoint.await`): ended with the connection.
     waiting: Vec<JoinHandle<()>>,
     /// Whether the agent this client sends events for was noted (once per connection).
@@ -65,6 +70,7 @@ impl Caller {
             out,
             in_flight: Arc::new(Semaphore::new(MAX_APPENDS_IN_FLIGHT)),
             subscriptions: HashMap::new(),
+            tasks: Arc::default(),
             waiting: Vec::new(),
             agent_noted: Default::default(),
             id: {
@@ -82,13 +88,49 @@ impl Caller {
 
     /// Keeps a request that answers later, so it ends with the connection.
     fn keep_waiting(&mut self, task: JoinHandle<()>) {
-        self.waiting.retain(|t| !t.is_finished());
         self.waiting.push(task);
+    }
+
+    /// Room for one more request that answers later (finished ones are forgotten first).
+    fn may_wait(&mut self) -> Result<(), RpcError> {
+        self.waiting.retain(|t| !t.is_finished());
+        if self.waiting.len() >= MAX_WAITING {
+            return Err(RpcError::new(
+                codes::CONNECTION_LIMIT,
+                format!("this connection already has {MAX_WAITING} checkpoint.await waiting"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// What this connection has under way, for its slot to see.
+    pub fn work(&self) -> crate::slots::Work {
+        crate::slots::Work {
+            tasks: self.tasks.clone(),
+            in_flight: self.in_flight.clone(),
+            size: MAX_APPENDS_IN_FLIGHT,
+        }
+    }
+
+    /// Counts a task (subscription, waiting request) as under way until the guard drops.
+    fn count_task(&self) -> TaskCount {
+        self.tasks.fetch_add(1, Ordering::Relaxed);
+        TaskCount(self.tasks.clone())
     }
 
     /// Starts a subscription's feed, after its reply was sent.
     pub fn start(&mut self, sub: Subscription) {
-        self.subscriptions.insert(sub.id.clone(), sub.spawn());
+        let count = self.count_task();
+        self.subscriptions.insert(sub.id.clone(), sub.spawn(count));
+    }
+}
+
+/// Held by a running task of a connection; dropped (also on abort) when it ends.
+pub struct TaskCount(Arc<AtomicUsize>);
+
+impl Drop for TaskCount {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -367,6 +409,23 @@ pub async fn dispatch(
     charge: OwnedSemaphorePermit,
 ) -> Reply {
     let now = |r: RpcResult| Reply::Now(r);
+    let repaired: Option<Box<RawValue>>;
+    let (raw, shape) = match storable::check(method, raw) {
+        Ok(shape) => (raw, shape),
+        // An agent's event is what the agent sent: what readers could not parse (a lone
+        // surrogate, 1e999) is repaired rather than refused, so a tool call in it is still
+        // decided instead of failing open.
+        Err(e) if method == "ingest" => {
+            repaired = raw
+                .and_then(|r| crate::lossy_json::parse(r.get()))
+                .and_then(|(v, _)| serde_json::value::to_raw_value(&v).ok());
+            match storable::check(method, repaired.as_deref()) {
+                Ok(shape) if repaired.is_some() => (repaired.as_deref(), shape),
+                _ => return now(Err(e)),
+            }
+        }
+        Err(e) => return now(Err(e)),
+    };
     match method {
         "append" => match append(state, caller, raw, id, charge).await {
             Ok(reply) => reply,
@@ -384,8 +443,11 @@ pub async fn dispatch(
         "query" => now(query(state, raw).await),
         "stats" => now(stats(state)),
         "repair" => now(repair(state, raw).await),
-        "ingest" => match ingest(state, caller, raw, id, charge).await {
-            Ok(reply) => reply,
+        "ingest" => match storable::charge_parse(state, shape, charge) {
+            Ok(charge) => match ingest(state, caller, raw, id, charge).await {
+                Ok(reply) => reply,
+                Err(e) => now(Err(e)),
+            },
             Err(e) => now(Err(e)),
         },
         "relay.status" => now(to_json(&state.relay.status().await)),
@@ -573,7 +635,9 @@ fn event_array(events: &[EventJson], out: &mut Vec<u8>) {
         if i > 0 {
             out.push(b',');
         }
+        let start = out.len();
         e.write_to(out);
+        crate::jsonscan::readable_tail(out, start); // an event stored before the check
     }
     out.push(b']');
 }
@@ -623,6 +687,17 @@ fn subscribe(
 ) -> Result<Subscription, RpcError> {
     let p: SubscribeParams = params(raw)?;
     check_session_id(&p.session_id, "session_id")?;
+    let most = state.config.daemon.max_subscriptions_per_connection;
+    caller.subscriptions.retain(|_, t| !t.is_finished());
+    if caller.subscriptions.len() >= most {
+        return Err(RpcError::new(
+            codes::CONNECTION_LIMIT,
+            format!(
+                "this connection already holds {most} subscriptions \
+                 (daemon.max_subscriptions_per_connection); unsubscribe first"
+            ),
+        ));
+    }
     let session = state.store.session(&p.session_id);
     if session.quarantine_reason().is_some() {
         return Err(store_error(state.store.missing(&p.session_id)));

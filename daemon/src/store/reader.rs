@@ -165,6 +165,7 @@ pub(crate) fn query(
 ) -> Result<(Vec<EventJson>, bool), StoreError> {
     const PAGE: usize = 4096;
     let mut out = Vec::new();
+    let mut bytes = 0;
     let mut json = Vec::new();
     for session in sessions {
         let meta = session.meta();
@@ -187,10 +188,14 @@ pub(crate) fn query(
                         reason: format!("stored event is not an event envelope: {e}"),
                     })?;
                 if filter.matches(&fields) {
-                    if out.len() == limit {
+                    // Like `read`, a reply stops at READ_REPLY_BYTES (then `truncated`).
+                    if out.len() == limit || bytes >= READ_REPLY_BYTES {
                         return Ok((out, true));
                     }
-                    out.push(event);
+                    bytes += json.len();
+                    // A copy: a slice would pin its whole read chunk for a sparse match.
+                    let body = Bytes::copy_from_slice(&json[..json.len() - 1]);
+                    out.push(EventJson::new(event.lsn, body));
                 }
             }
         }
