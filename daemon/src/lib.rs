@@ -33,6 +33,7 @@ mod jsonscan;
 mod outbound;
 pub mod pipeline;
 pub mod plugins;
+pub mod redact;
 pub mod relay;
 mod rpc;
 pub mod server;
