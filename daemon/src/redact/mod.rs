@@ -19,7 +19,7 @@ use regex::Regex;
 pub use config::RedactConfig;
 pub use event::{Guarded, REDACTION_FAILED};
 pub use rules::PatternError;
-pub use shared::{RedactStats, Shared};
+pub use shared::Shared;
 
 /// A compiled redaction configuration; cheap to share (`Arc`).
 pub struct Redactor {

@@ -14,8 +14,9 @@ use super::keys::SecretKeys;
 const L: &str = r#"(?:^|\\[ntr"]|[^A-Za-z0-9_])"#;
 
 /// A secret's value in an assignment: double or single quoted (spaces included), quoted with
-/// JSON-escaped quotes (`\"a b\"`, in JSON logged as text), or bare.
-const VALUE: &str = r#"(?:"(?P<s>[^"\n]*)"|'(?P<s2>[^'\n]*)'|\\"(?P<s4>(?:[^"\\\n]|\\[^"])*)\\"|(?P<s3>[^\s"',;&<>\\]+))"#;
+/// JSON-escaped quotes (`\"a b\"`, in JSON logged as text), or bare. A quote that is never
+/// closed (a summary cut short) runs to the end of the line.
+const VALUE: &str = r#"(?:"(?P<s>[^"\n]*)"?|'(?P<s2>[^'\n]*)'?|\\"(?P<s4>(?:[^"\\\n]|\\[^"])*)(?:\\")?|(?P<s3>[^\s"',;&<>\\]+))"#;
 
 /// What kind of check a match needs beyond the pattern.
 #[derive(Clone, Copy, PartialEq)]
@@ -59,12 +60,13 @@ fn builtin() -> Vec<(String, Check)> {
         token(r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"),
         // Credentials in URLs: scheme://user:password@host keeps all but the password.
         (
-            r#"[A-Za-z][A-Za-z0-9+.-]{1,20}://[^\s/:@"'<>]*:(?P<s>[^\s/@"'<>]+)@"#.into(),
+            r#"[A-Za-z][A-Za-z0-9+.-]{1,20}://[^\s/:@"'<>\\]*:(?P<s>[^\s/@"'<>\\]+)@"#.into(),
             Check::None,
         ),
-        // HTTP authorization headers, any scheme; then bearer tokens anywhere.
+        // HTTP authorization headers, any scheme (the first credential token); then bearer
+    // tokens anywhere. Classes stop at a backslash: in JSON-escaped text `\n` ends a line.
         (
-            r#"(?i)(?:proxy-)?authorization\s*[:=]\s*["']?(?:(?:basic|bearer|token|digest|negotiate)\s+)?(?P<s>[^\s"',;]{4,}(?: [^\s"',;=]+=[^\s"';]+)*)"#.into(),
+            r#"(?i)(?:proxy-)?authorization\s*[:=]\s*["']?(?:(?:basic|bearer|token|digest|negotiate)\s+)?(?P<s>[^\s"',;\\]{4,})"#.into(),
             Check::None,
         ),
         (
@@ -101,11 +103,11 @@ fn builtin() -> Vec<(String, Check)> {
         token(r"SK[0-9a-f]{32}"),
         // Command-line credentials: curl -u user:pass, mysql -pX, --password X, --token=X.
         (
-            r#"(?:^|\s)(?:-u|--user|--proxy-user)(?:\s+|=)["']?[^\s:"']*:(?P<s>[^\s"']+)"#.into(),
+            r#"(?:^|\s)(?:-u|--user|--proxy-user)(?:\s+|=)["']?[^\s:"'\\]*:(?P<s>[^\s"'\\]+)"#.into(),
             Check::None,
         ),
         (
-            r#"(?:mysql|mysqldump|mysqladmin|mariadb)\b[^\n]*?\s-p(?P<s>[^\s"'][^\s"']*)"#.into(),
+            r#"(?:mysql|mysqldump|mysqladmin|mariadb)\b[^\n]*?\s-p(?P<s>[^\s"'\\-][^\s"'\\]*)"#.into(),
             Check::None,
         ),
         (
@@ -219,13 +221,16 @@ impl Rules {
                 break;
             };
             let end = c.get(0).map_or(text.len(), |m| m.end());
-            at = end.max(at + 1);
             let secret_key = c
                 .name("k")
                 .is_some_and(|k| keys.is_secret_assignment(k.as_str()));
             if !secret_key {
+                // Resume right after the key: its `=` or `:` may be what precedes the next
+                // key (`X=DB_PASSWORD=v`, `value: TOKEN=v`).
+                at = c.name("k").map_or(end, |k| k.end()).max(at + 1);
                 continue;
             }
+            at = end.max(at + 1);
             let Some(v) = self.value_at.captures(&text[end..]) else {
                 continue;
             };

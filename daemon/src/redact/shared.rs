@@ -4,6 +4,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+use dstream_sdk::protocol::RedactionStatus;
+
 use super::{Guarded, Redactor};
 use crate::store::NewEventRaw;
 
@@ -12,20 +14,9 @@ pub struct Shared {
     events: AtomicU64,
     redacted: AtomicU64,
     failures: AtomicU64,
+    /// Nanoseconds spent in `guard`.
+    nanos: AtomicU64,
     last_failure: Mutex<Option<String>>,
-}
-
-/// What `plugins.list` reports of redaction.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct RedactStats {
-    /// Events that went through the store's entry point.
-    pub events: u64,
-    /// Of those, events in which something was redacted.
-    pub redacted: u64,
-    /// Events whose content was withheld because redaction failed.
-    pub failures: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_failure: Option<String>,
 }
 
 impl Shared {
@@ -35,6 +26,7 @@ impl Shared {
             events: AtomicU64::new(0),
             redacted: AtomicU64::new(0),
             failures: AtomicU64::new(0),
+            nanos: AtomicU64::new(0),
             last_failure: Mutex::new(None),
         })
     }
@@ -52,7 +44,10 @@ impl Shared {
 
     /// The store's entry point: `event` redacted (or withheld), and counted.
     pub fn guard(&self, event: NewEventRaw) -> Guarded {
+        let started = std::time::Instant::now();
         let g = self.get().guard(event);
+        let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.nanos.fetch_add(nanos, Ordering::Relaxed);
         self.events.fetch_add(1, Ordering::Relaxed);
         if let Some(e) = &g.error {
             self.failures.fetch_add(1, Ordering::Relaxed);
@@ -64,11 +59,12 @@ impl Shared {
         g
     }
 
-    pub fn stats(&self) -> RedactStats {
-        RedactStats {
+    pub fn stats(&self) -> RedactionStatus {
+        RedactionStatus {
             events: self.events.load(Ordering::Relaxed),
             redacted: self.redacted.load(Ordering::Relaxed),
             failures: self.failures.load(Ordering::Relaxed),
+            micros: self.nanos.load(Ordering::Relaxed) / 1000,
             last_failure: self
                 .last_failure
                 .lock()

@@ -23,9 +23,17 @@ fn cases() -> Vec<(String, String)> {
         if name == "context" {
             let (probe, text) = rest.split_once(' ').unwrap();
             let text = text.replace("\\n", "\n");
-            out.push((probe.to_string(), text.clone()));
-            out.push((probe.to_string(), format!("output:\n{text}\nmore")));
-            out.push((probe.to_string(), format!("\t{text}")));
+            for t in [
+                text.clone(),
+                format!("output:\n{text}\nmore"),
+                format!("\t{text}"),
+                format!("PORT=1\nTHE_VALUE={text}\n"),
+                format!("config:\n  value: {text}\n"),
+                format!("tool --flag {text} --other"),
+                format!("https://example.test/cb?code={text}&x=1"),
+            ] {
+                out.push((probe.to_string(), t));
+            }
             continue;
         }
         let s = rest;
@@ -43,6 +51,9 @@ fn cases() -> Vec<(String, String)> {
             format!("({s})"),
             format!("literal escapes\\n{s}\\t"),
             format!("https://example.test/?q={s}&x=1"),
+            format!("PORT=1\nTHE_VALUE={s}\n"),
+            format!("config:\n  value: {s}\n"),
+            format!("tool --flag {s} --other"),
         ] {
             out.push((s.to_string(), t));
         }
@@ -177,12 +188,22 @@ fn keys_and_headers_keep_their_context() {
         "Authorization: Bearer FAKEbearer0123456789abcdef",
         "curl -u admin:FAKEpw https://x.test",
         "PASSWORD=FAKEpw\nPORT=1",
+        "X=DB_PASSWORD=FAKEpw\nvalue: TOKEN=FAKEpw",
+        "export API_SECRET=\"FAKE pw cut sho…",
+        r#"log: {"msg":"Authorization: Bearer FAKEbearer0123\nexport API_SECRET=\"FAKE a b\"\n"}"#,
     ]);
     r.redact_value(&mut v);
     assert_eq!(v[0], "postgres://app:[REDACTED]@db.example.test:5432/app");
     assert_eq!(v[1], "Authorization: Bearer [REDACTED]");
     assert_eq!(v[2], "curl -u admin:[REDACTED] https://x.test");
     assert_eq!(v[3], "PASSWORD=[REDACTED]\nPORT=1");
+    assert_eq!(v[4], "X=DB_PASSWORD=[REDACTED]\nvalue: TOKEN=[REDACTED]");
+    assert_eq!(v[5], "export API_SECRET=\"[REDACTED]");
+    // In JSON-escaped text a header's token ends at the `\n`; the next line is its own.
+    assert_eq!(
+        v[6],
+        r#"log: {"msg":"Authorization: Bearer [REDACTED]\nexport API_SECRET=\"[REDACTED]\"\n"}"#
+    );
 }
 
 #[test]
@@ -265,4 +286,24 @@ fn the_store_entry_point_redacts_and_counts_or_withholds() {
     assert!(stored.contains(super::REDACTION_FAILED));
     let error = g.error.expect("a plugin.error beside it");
     assert_eq!(error.event_type, "plugin.error");
+}
+
+#[test]
+fn every_secret_is_redacted_when_all_share_one_text() {
+    let r = redactor();
+    let (probes, texts): (Vec<String>, Vec<String>) = cases().into_iter().unzip();
+    let all = texts.join("\n");
+    let mut v = json!({
+        "command": all,
+        "note": texts.join(" "),
+        "mcp": json!({"result": {"data": all}}).to_string(),
+        "logged": format!("log: {}", json!({"msg": all})),
+    });
+    r.redact_value(&mut v);
+    for (k, v) in v.as_object().unwrap() {
+        let text = v.to_string();
+        for p in &probes {
+            assert!(!text.contains(p.as_str()), "{k}: {p:?} survived in {text}");
+        }
+    }
 }
