@@ -267,6 +267,41 @@ fn inputs_that_disabled_the_lua_redaction_are_stored_redacted() {
 }
 
 #[test]
+fn an_event_the_redactor_cannot_read_is_withheld_not_stored_in_clear() {
+    let mut d = Daemon::start();
+    let mut c = d.client();
+    // Valid JSON, but a number serde_json cannot hold as a value: redaction fails on it.
+    let line = r#"{"jsonrpc":"2.0","id":1,"method":"append","params":{"session_id":"bad","event":{"type":"note","payload":{"n":1e400,"password":"FAKEwithheld01"}}}}"#;
+    c.send_raw(format!("{line}\n").as_bytes());
+    let reply = c.any_response();
+    assert!(reply.get("result").is_some(), "stored: {reply}");
+    let events = c.read_all("bad");
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(events[0]["type"], "note");
+    assert_eq!(
+        events[0]["payload"]["redaction_failed"],
+        "[WITHHELD: redaction failed]"
+    );
+    assert_eq!(events[1]["type"], "plugin.error");
+    assert_eq!(events[1]["payload"]["plugin"], "redact");
+    // Other events are still redacted, and `plugins list` shows the failure.
+    c.append_event(
+        "good",
+        json!({"type": "note", "payload": {"text": "AKIAFAKE0123456789AB"}}),
+    );
+    assert_eq!(c.read_all("good")[0]["payload"]["text"], "[REDACTED]");
+    let list = dstream(&d, &["plugins", "list"]);
+    assert_eq!(list.status.code(), Some(1), "{list:?}");
+    assert!(
+        String::from_utf8_lossy(&list.stdout).contains("redaction failed"),
+        "{list:?}"
+    );
+    drop(c);
+    assert!(d.stop().success());
+    assert_nothing_on_disk(&d, &["FAKEwithheld01".to_string()]);
+}
+
+#[test]
 fn the_redact_section_sets_the_replacement_and_extra_patterns() {
     let d = Daemon::start_with(
         "[redact]\nreplacement = \"<gone>\"\nextra_patterns = [\"ACME-[0-9]{6}\"]\n",
