@@ -70,7 +70,7 @@ fn builtin() -> Vec<(String, Check)> {
             Check::None,
         ),
         (
-            r"(?i)\bbearer\s+(?P<s>[A-Za-z0-9._~+/-]{8,}=*)".into(),
+            r"(?i)(?-u:\b)bearer\s+(?P<s>[A-Za-z0-9._~+/-]{8,}=*)".into(),
             Check::None,
         ),
         // GitHub.
@@ -107,7 +107,7 @@ fn builtin() -> Vec<(String, Check)> {
             Check::None,
         ),
         (
-            r#"(?:mysql|mysqldump|mysqladmin|mariadb)\b[^\n]*?\s-p(?P<s>[^\s"'\\-][^\s"'\\]*)"#.into(),
+            r#"(?:mysql|mysqldump|mysqladmin|mariadb)(?-u:\b)[^\n]*?\s-p(?P<s>[^\s"'\\-][^\s"'\\]*)"#.into(),
             Check::None,
         ),
         (

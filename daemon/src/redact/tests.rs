@@ -221,7 +221,7 @@ fn hostile_inputs_take_linear_time_and_are_redacted() {
     let mut big = String::new();
     let mut lines = 0;
     while big.len() < 2 << 20 {
-        big.push_str("line of ordinary output, nothing to see, status: ok x=1\n");
+        big.push_str("line of ordinary output — ünïcode ✓, status: ok x=1\n");
         lines += 1;
         if lines % 500 == 0 {
             big.push_str("GITHUB_TOKEN=ghp_FAKE0123456789abcdefghijklmnopqrstuv\n");
