@@ -16,6 +16,7 @@ pub struct Config {
     pub read: ReadConfig,
     pub subscriptions: SubscriptionConfig,
     pub plugins: PluginsConfig,
+    pub redact: crate::redact::RedactConfig,
     pub checkpoints: CheckpointsConfig,
     pub relay: RelayConfig,
     /// The file this configuration was read from, if any (hot reload reads it again).
@@ -330,6 +331,10 @@ impl Config {
                 "must be at least 1",
             );
         }
+        // A pattern that does not compile fails the load, not every event.
+        if let Err(e) = crate::redact::Redactor::new(&self.redact) {
+            return bad("redact.extra_patterns", &e.to_string());
+        }
         if self.store.fsync_interval_ms == 0 {
             return bad("store.fsync_interval_ms", "must be at least 1");
         }
@@ -536,6 +541,8 @@ mod tests {
         let c = Config::default();
         assert_eq!(c.store.fsync, FsyncPolicy::Always);
         assert_eq!(c.daemon.max_frame_bytes, 16 * 1024 * 1024);
+        // The documented redaction defaults are the built-in ones.
+        assert_eq!(c.redact, crate::redact::RedactConfig::default());
     }
 
     #[test]

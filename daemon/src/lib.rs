@@ -36,6 +36,7 @@ pub mod lossy_json;
 mod outbound;
 pub mod pipeline;
 pub mod plugins;
+pub mod redact;
 pub mod relay;
 mod rpc;
 pub mod server;

@@ -2,7 +2,7 @@
 //!
 //! **map** (the source's mapping plugin turns the raw event into zero or more events) →
 //! **process** (every filter, in priority order, keeps, changes, splits or drops each; the
-//! redaction filter runs last) → **decide** (for a requested tool call, plugins' `decide`
+//! native redaction of [`crate::redact`] follows the last) → **decide** (for a requested tool call, plugins' `decide`
 //! say allow, deny or ask; deny wins over ask over allow) → **append** (ids assigned here,
 //! so that a tool result can name its request as its cause; then the store's one commit
 //! path) → **observe** (plugins' `on_event` read the daemon-wide stream of committed events).
@@ -141,6 +141,8 @@ pub struct Pipeline {
     reloading: Mutex<()>,
     pub ingested: AtomicU64,
     pub observer_lagged: AtomicU64,
+    /// The redactor in force (the store's entry point uses the same one).
+    redact: Arc<crate::redact::Shared>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -149,6 +151,8 @@ pub struct PipelineSettings {
     pub keep_raw: bool,
     /// `[checkpoints]`: the rules the decide step applies.
     pub policy: Arc<Policy>,
+    /// `[redact]`.
+    pub redact: crate::redact::RedactConfig,
 }
 
 impl PipelineSettings {
@@ -161,6 +165,7 @@ impl PipelineSettings {
             plugins,
             keep_raw: config.plugins.keep_raw,
             policy: Arc::new(Policy::new(&config.checkpoints)),
+            redact: config.redact.clone(),
         }
     }
 }
@@ -174,6 +179,7 @@ impl Pipeline {
         checkpoints: Arc<Checkpoints>,
         settings: PipelineSettings,
         source: ConfigSource,
+        redact: Arc<crate::redact::Shared>,
     ) -> std::io::Result<Arc<Pipeline>> {
         if let Err(e) = std::fs::create_dir_all(&settings.plugins.dir) {
             tracing::warn!(dir = %settings.plugins.dir.display(), error = %e, "cannot create the plugin folder");
@@ -197,6 +203,7 @@ impl Pipeline {
             reloading: Mutex::new(()),
             ingested: AtomicU64::new(0),
             observer_lagged: AtomicU64::new(0),
+            redact,
         });
         let worker = Worker {
             store,
@@ -234,11 +241,24 @@ impl Pipeline {
             event: object(event),
         };
         let mut notes = Vec::new();
-        let kept = process(&set, vec![draft], source, &Json::Null, &mut notes);
+        let redactor = self.redact.get();
+        let kept = process(
+            &set,
+            &redactor,
+            vec![draft],
+            source,
+            &Json::Null,
+            &mut notes,
+        );
         for note in notes {
             tracing::warn!(error = %Json::Object(note.event), "a filter failed on a checkpoint request");
         }
         kept.into_iter().next().map(|d| Json::Object(d.event))
+    }
+
+    /// The redactor in force and its counters.
+    pub fn redaction(&self) -> &Arc<crate::redact::Shared> {
+        &self.redact
     }
 
     /// The plugins in force.
@@ -288,6 +308,13 @@ impl Pipeline {
             errors = set.errors.len(),
             "plugins reloaded"
         );
+        if settings.redact != self.settings().redact {
+            // Checked when the file was read; a failure here keeps the one in force.
+            match crate::redact::Redactor::new(&settings.redact) {
+                Ok(r) => self.redact.set(r),
+                Err(e) => tracing::error!(error = %e, "redaction settings not reloaded"),
+            }
+        }
         *self.settings.lock().unwrap() = settings;
         self.plugins.send_replace(set.clone());
         set
@@ -344,6 +371,7 @@ async fn observe(
 /// passes the event on unchanged, with a `plugin.error` in `notes`.
 fn process(
     set: &PluginSet,
+    redactor: &crate::redact::Redactor,
     mut drafts: Vec<Draft>,
     source: &str,
     raw: &Json,
@@ -404,6 +432,11 @@ fn process(
             }
         }
         drafts = next;
+    }
+    // After every filter, so none can add a secret back; before decide, so rules,
+    // checkpoints and `on_event` see what is stored.
+    for d in &mut drafts {
+        redactor.redact_event_map(&mut d.event);
     }
     drafts
 }
@@ -535,7 +568,11 @@ impl Worker {
         drafts.append(&mut notes);
 
         // process
-        let mut drafts = process(set, drafts, &source, &raw, &mut notes);
+        let redactor = match self.pipeline.upgrade() {
+            Some(p) => p.redact.get(),
+            None => return done(Err(IngestError::Stopped)),
+        };
+        let mut drafts = process(set, &redactor, drafts, &source, &raw, &mut notes);
         // Errors of the filters are stored as they are: running them through the filter
         // that just failed would fail again.
         drafts.append(&mut notes);

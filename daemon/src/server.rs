@@ -40,6 +40,8 @@ pub enum StartError {
     Checkpoints(io::Error),
     #[error("cannot start the relay: {0}")]
     Relay(io::Error),
+    #[error(transparent)]
+    Redact(#[from] crate::redact::PatternError),
 }
 
 /// A daemon ready to serve: its store open and recovered, its socket bound.
@@ -95,6 +97,16 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
             }
         }
     }
+    // Every event is redacted on its way into the store, whoever appends it.
+    let redactor = crate::redact::Redactor::new(&config.redact)?;
+    let redact = crate::redact::Shared::new(redactor);
+    {
+        let redact = redact.clone();
+        store.set_before_append(Arc::new(move |event| {
+            let g = redact.guard(event);
+            (g.event, g.error)
+        }));
+    }
     let listener = listen(&socket)?;
     let source = ConfigSource {
         file: config.file.clone(),
@@ -108,6 +120,7 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
         checkpoints.clone(),
         PipelineSettings::from_config(&config, &source),
         source,
+        redact,
     )
     .map_err(StartError::Pipeline)?;
     let relay = crate::relay::Relay::start(

@@ -727,4 +727,24 @@ pub struct PluginsListResult {
     /// Files in the folder that failed to load; earlier good versions stay in `plugins`.
     #[serde(default)]
     pub errors: Vec<PluginLoadError>,
+    /// The built-in redaction (not a plugin: it cannot be disabled), since the daemon started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redaction: Option<RedactionStatus>,
+}
+
+/// What redaction did since the daemon started.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RedactionStatus {
+    /// Events that went through it (every stored event).
+    pub events: u64,
+    /// Events in which something was redacted.
+    pub redacted: u64,
+    /// Events whose content was withheld because redaction failed (each with a
+    /// `plugin.error` in its session).
+    pub failures: u64,
+    /// Time spent redacting, in microseconds (all events).
+    #[serde(default)]
+    pub micros: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure: Option<String>,
 }

@@ -86,7 +86,10 @@ pub fn run(args: PluginsArgs) -> anyhow::Result<ExitCode> {
             } else {
                 print_list(&list);
             }
-            Ok(if list.errors.is_empty() {
+            // A redaction failure withheld some event's content: worth a look, like a
+            // plugin that does not load.
+            let redaction_failed = list.redaction.as_ref().is_some_and(|r| r.failures > 0);
+            Ok(if list.errors.is_empty() && !redaction_failed {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::FAILURE
@@ -106,6 +109,15 @@ fn print_list(list: &PluginsListResult) {
     }
     for e in &list.errors {
         println!("error: {}: {}", e.file, e.error);
+    }
+    if let Some(r) = &list.redaction {
+        println!(
+            "redaction (built in): {} events, {} redacted, {} failed",
+            r.events, r.redacted, r.failures
+        );
+        if let Some(why) = &r.last_failure {
+            println!("error: redaction failed, the event's content was withheld: {why}");
+        }
     }
 }
 

@@ -15,5 +15,4 @@ pub const FILES: &[(&str, &str)] = &[
         "claude-agent-sdk.lua",
         include_str!("../../../plugins/claude-agent-sdk.lua"),
     ),
-    ("redact.lua", include_str!("../../../plugins/redact.lua")),
 ];

@@ -451,7 +451,7 @@ pub async fn dispatch(
             Err(e) => now(Err(e)),
         },
         "relay.status" => now(to_json(&state.relay.status().await)),
-        "plugins.list" => now(to_json(&plugins_list(&state.pipeline.plugins()))),
+        "plugins.list" => now(to_json(&plugins_list(state, &state.pipeline.plugins()))),
         "checkpoint.request" => now(checkpoints::request(state, raw).await),
         "checkpoint.resolve" => now(checkpoints::resolve(state, caller, raw).await),
         "checkpoint.list" => now(checkpoints::list(state, raw).await),
@@ -462,7 +462,7 @@ pub async fn dispatch(
         "plugins.reload" => {
             let pipeline = state.pipeline.clone();
             match tokio::task::spawn_blocking(move || pipeline.reload()).await {
-                Ok(set) => now(to_json(&plugins_list(&set))),
+                Ok(set) => now(to_json(&plugins_list(state, &set))),
                 Err(e) => now(Err(RpcError::new(codes::INTERNAL_ERROR, e.to_string()))),
             }
         }
@@ -473,11 +473,12 @@ pub async fn dispatch(
     }
 }
 
-fn plugins_list(set: &PluginSet) -> PluginsListResult {
+fn plugins_list(state: &DaemonState, set: &PluginSet) -> PluginsListResult {
     PluginsListResult {
         dir: set.dir.display().to_string(),
         plugins: set.infos(),
         errors: set.errors.clone(),
+        redaction: Some(state.pipeline.redaction().stats()),
     }
 }
 

@@ -77,6 +77,13 @@ pub struct StoreStats {
 /// are stored exactly as sent.
 pub type NewEventRaw = dstream_sdk::NewEvent<Box<RawValue>>;
 
+/// Runs on every event before it is queued, whoever appends it (the daemon redacts secrets
+/// here, so nothing reaches the write-ahead log unredacted). Returns the event to store and,
+/// optionally, one more to store right after it in the same session. The store knows nothing
+/// of what it does.
+pub type BeforeAppend =
+    Arc<dyn Fn(NewEventRaw) -> (NewEventRaw, Option<NewEventRaw>) + Send + Sync>;
+
 /// Longest `type`, `actor`, `causation_id` or `correlation_id`, in bytes.
 pub const MAX_LABEL_LEN: usize = 256;
 
@@ -156,6 +163,7 @@ struct Inner {
     /// Held until `shutdown` has synced everything, then released: the next daemon may
     /// start at once, whoever still holds a handle to this store.
     lock: std::sync::Mutex<Option<VfsLock>>,
+    before_append: RwLock<Option<BeforeAppend>>,
 }
 
 /// Handle to the store; cheap to clone.
@@ -218,6 +226,7 @@ impl Store {
             repairing: tokio::sync::Mutex::new(()),
             vfs,
             lock: std::sync::Mutex::new(Some(lock)),
+            before_append: RwLock::new(None),
         });
         let store = Store { inner };
         let mut notes = Vec::new();
@@ -308,6 +317,20 @@ impl Store {
         session
     }
 
+    /// Sets the function every appended event goes through from now on.
+    pub fn set_before_append(&self, f: BeforeAppend) {
+        *self.inner.before_append.write().unwrap() = Some(f);
+    }
+
+    /// `event` through [`Store::set_before_append`]'s function, if any.
+    fn before_append(&self, event: NewEventRaw) -> (NewEventRaw, Option<NewEventRaw>) {
+        let f = self.inner.before_append.read().unwrap().clone();
+        match f {
+            Some(f) => f(event),
+            None => (event, None),
+        }
+    }
+
     /// Queues an event for `session` behind every one queued before it. `ack` answers exactly
     /// once: when the event is durable (per the fsync policy, or synced when `must_sync`), or
     /// with the reason it was not stored.
@@ -324,6 +347,7 @@ impl Store {
         must_sync: bool,
         ack: Ack,
     ) {
+        let (event, extra) = self.before_append(event);
         let session = self.session(session);
         let commit = self.inner.commit.read().unwrap();
         let Some(tx) = commit.as_ref() else {
@@ -331,27 +355,48 @@ impl Store {
         };
         // If the commit thread is gone the message (and its Ack) is dropped: "shutting down".
         let _ = tx.send(CommitMsg::Append(Append {
-            session,
+            session: session.clone(),
             event,
             id,
             must_sync,
             ack,
         }));
+        if let Some(event) = extra {
+            let _ = tx.send(CommitMsg::Append(Append {
+                session,
+                event,
+                id: None,
+                must_sync,
+                ack: Ack::new(|_| ()),
+            }));
+        }
     }
 
     /// Appends several events (to any sessions) in one batch, in order: they become durable
     /// together, with one write-ahead log write.
     pub fn append_all(&self, appends: Vec<(String, NewEventRaw, bool, Ack)>) {
-        let appends: Vec<Append> = appends
-            .into_iter()
-            .map(|(session, event, must_sync, ack)| Append {
-                session: self.session(&session),
+        let mut all = Vec::with_capacity(appends.len());
+        for (session, event, must_sync, ack) in appends {
+            let (event, extra) = self.before_append(event);
+            let session = self.session(&session);
+            all.push(Append {
+                session: session.clone(),
                 event,
                 id: None,
                 must_sync,
                 ack,
-            })
-            .collect();
+            });
+            if let Some(event) = extra {
+                all.push(Append {
+                    session,
+                    event,
+                    id: None,
+                    must_sync,
+                    ack: Ack::new(|_| ()),
+                });
+            }
+        }
+        let appends = all;
         let commit = self.inner.commit.read().unwrap();
         match commit.as_ref() {
             Some(tx) => drop(tx.send(CommitMsg::Appends(appends))),

@@ -140,6 +140,13 @@ pub fn plugin_costs(socket: &Path, repo: &Path, rounds: usize) -> Result<Vec<(St
             ));
         }
     }
+    // Redaction is built in, not a plugin: its own counters (the store's entry point).
+    let r = &list["redaction"];
+    let events = r["events"].as_u64().unwrap_or(0);
+    if events > 0 {
+        let micros = r["micros"].as_u64().unwrap_or(0) as f64;
+        out.push(("redaction".to_string(), micros / events as f64, events));
+    }
     Ok(out)
 }
 

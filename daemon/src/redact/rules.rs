@@ -1,0 +1,269 @@
+//! The patterns that find secrets in text, and their replacement in one string.
+//!
+//! Every pattern is a `regex` (finite automata, no backtracking), so matching time is linear
+//! in the text whatever it holds: no deadline is needed and no input can make it slow. A rule
+//! replaces its named group `s` (or `s2`, `s3`: the alternative that matched), keeping the
+//! context around it (a URL's scheme and host, a header's name, a flag).
+
+use regex::{Captures, Regex, RegexSet};
+
+use super::keys::SecretKeys;
+
+/// Before a token: the start of the text, a character that cannot be part of it, or a JSON
+/// escape left in the text (`\n`, `\t`, `\r`, `\"`), as when JSON is logged inside a string.
+const L: &str = r#"(?:^|\\[ntr"]|[^A-Za-z0-9_])"#;
+
+/// A secret's value in an assignment: double or single quoted (spaces included), quoted with
+/// JSON-escaped quotes (`\"a b\"`, in JSON logged as text), or bare. A quote that is never
+/// closed (a summary cut short) runs to the end of the line.
+const VALUE: &str = r#"(?:"(?P<s>[^"\n]*)"?|'(?P<s2>[^'\n]*)'?|\\"(?P<s4>(?:[^"\\\n]|\\[^"])*)(?:\\")?|(?P<s3>[^\s"',;&<>\\]+))"#;
+
+/// What kind of check a match needs beyond the pattern.
+#[derive(Clone, Copy, PartialEq)]
+enum Check {
+    None,
+    /// Group `k` must name a secret (env lines, YAML, `key = value`).
+    SecretName,
+}
+
+struct Rule {
+    re: Regex,
+    check: Check,
+}
+
+/// The compiled rules.
+pub struct Rules {
+    rules: Vec<Rule>,
+    /// A value right at the start of the text.
+    value_at: Regex,
+    /// Which rules can match a text at all, in one pass.
+    set: RegexSet,
+}
+
+/// A pattern that does not compile (only user-given `extra_patterns` can be).
+#[derive(Debug, thiserror::Error)]
+#[error("redact pattern {pattern:?}: {error}")]
+pub struct PatternError {
+    pub pattern: String,
+    pub error: String,
+}
+
+fn builtin() -> Vec<(String, Check)> {
+    let token = |body: &str| (format!("{L}(?P<s>{body})"), Check::None);
+    vec![
+        // PEM and PGP private keys, the whole block; without an END, to the end of the text.
+        (
+            r"(?P<s>-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----(?s:.*?)(?:-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|\z))".into(),
+            Check::None,
+        ),
+        // JSON Web Tokens (header.payload.signature; both start `{"` in base64url).
+        token(r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"),
+        // Credentials in URLs: scheme://user:password@host keeps all but the password.
+        (
+            r#"[A-Za-z][A-Za-z0-9+.-]{1,20}://[^\s/:@"'<>\\]*:(?P<s>[^\s/@"'<>\\]+)@"#.into(),
+            Check::None,
+        ),
+        // HTTP authorization headers, any scheme (the first credential token); then bearer
+    // tokens anywhere. Classes stop at a backslash: in JSON-escaped text `\n` ends a line.
+        (
+            r#"(?i)(?:proxy-)?authorization\s*[:=]\s*["']?(?:(?:basic|bearer|token|digest|negotiate)\s+)?(?P<s>[^\s"',;\\]{4,})"#.into(),
+            Check::None,
+        ),
+        (
+            r"(?i)(?-u:\b)bearer\s+(?P<s>[A-Za-z0-9._~+/-]{8,}=*)".into(),
+            Check::None,
+        ),
+        // GitHub.
+        token(r"gh[pousr]_[A-Za-z0-9]{20,}"),
+        token(r"github_pat_[A-Za-z0-9_]{20,}"),
+        // AWS access key ids (long-lived and temporary).
+        token(r"(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA|APKA)[0-9A-Z]{16}"),
+        // Anthropic, OpenAI (sk-, sk-proj-, sk-ant-...), Stripe secret and restricted keys.
+        token(r"sk-[A-Za-z0-9_-]{20,}"),
+        token(r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,}"),
+        token(r"whsec_[A-Za-z0-9]{20,}"),
+        // Slack.
+        token(r"xox[abprse]-[A-Za-z0-9-]{10,}"),
+        token(r"xapp-[0-9]-[A-Za-z0-9-]{10,}"),
+        // Google API keys and OAuth access tokens.
+        token(r"AIza[0-9A-Za-z_-]{30,}"),
+        token(r"ya29\.[0-9A-Za-z_-]{20,}"),
+        // npm, Hugging Face, GitLab, PyPI, DigitalOcean, Shopify, Vault, SendGrid, Linear,
+        // Doppler, Twilio.
+        token(r"npm_[A-Za-z0-9]{30,}"),
+        token(r"hf_[A-Za-z0-9]{30,}"),
+        token(r"gl(?:pat|ptt|rt|dt|cbt|oas)-[A-Za-z0-9_-]{20,}"),
+        token(r"pypi-[A-Za-z0-9_-]{40,}"),
+        token(r"do[por]_v1_[a-f0-9]{40,}"),
+        token(r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}"),
+        token(r"hv[sbr]\.[A-Za-z0-9_-]{20,}"),
+        token(r"SG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}"),
+        token(r"lin_(?:api|oauth)_[A-Za-z0-9]{30,}"),
+        token(r"dp\.(?:st|ct|sa|scim)\.[A-Za-z0-9_-]{20,}"),
+        token(r"SK[0-9a-f]{32}"),
+        // Command-line credentials: curl -u user:pass, mysql -pX, --password X, --token=X.
+        (
+            r#"(?:^|\s)(?:-u|--user|--proxy-user)(?:\s+|=)["']?[^\s:"'\\]*:(?P<s>[^\s"'\\]+)"#.into(),
+            Check::None,
+        ),
+        (
+            r#"(?:mysql|mysqldump|mysqladmin|mariadb)(?-u:\b)[^\n]*?\s-p(?P<s>[^\s"'\\-][^\s"'\\]*)"#.into(),
+            Check::None,
+        ),
+        (
+            format!(
+                r"(?i)(?:^|\s)--?(?:[a-z0-9]+[-_])*(?:password|passwd|passphrase|pass|token|secret|api-?key|access-?key|secret-?key|auth|credentials?)(?:\s+|=){VALUE}"
+            ),
+            Check::None,
+        ),
+        // Assignments whose name says secret: NAME=value, export NAME="a b", YAML
+        // `password: x`, `"api_key": "..."` in text that is not JSON by itself. The value
+        // is matched by `VALUE_AT` after a key that names a secret (see `assignments`).
+        (
+            r#"(?:^|\\[ntr]|[^A-Za-z0-9_.-])(?:\\?["'])?(?P<k>[A-Za-z_][A-Za-z0-9_.-]*)(?:\\?["'])?[ \t]*(?:=|:)[ \t]*"#.into(),
+            Check::SecretName,
+        ),
+    ]
+}
+
+impl Rules {
+    pub fn new(extra: &[String]) -> Result<Rules, PatternError> {
+        let mut specs = builtin();
+        for p in extra {
+            specs.push((format!("(?P<s>{p})"), Check::None));
+        }
+        let mut rules = Vec::with_capacity(specs.len());
+        for (pattern, check) in &specs {
+            let re = Regex::new(pattern).map_err(|e| PatternError {
+                pattern: pattern.clone(),
+                error: e.to_string(),
+            })?;
+            rules.push(Rule { re, check: *check });
+        }
+        let set = RegexSet::new(specs.iter().map(|(p, _)| p)).map_err(|e| PatternError {
+            pattern: "(the set of all patterns)".into(),
+            error: e.to_string(),
+        })?;
+        let value_at = Regex::new(&format!("^{VALUE}")).map_err(|e| PatternError {
+            pattern: VALUE.into(),
+            error: e.to_string(),
+        })?;
+        Ok(Rules {
+            rules,
+            value_at,
+            set,
+        })
+    }
+
+    /// `text` with every secret replaced, and how many were, or `None` when it has none.
+    pub fn redact(
+        &self,
+        text: &str,
+        keys: &SecretKeys,
+        replacement: &str,
+    ) -> Option<(String, usize)> {
+        let hits = self.set.matches(text);
+        if !hits.matched_any() {
+            return None;
+        }
+        let mut out = std::borrow::Cow::Borrowed(text);
+        let mut count = 0;
+        for i in hits.iter() {
+            let rule = &self.rules[i];
+            if rule.check == Check::SecretName {
+                if let Some(r) = self.assignments(&rule.re, &out, keys, replacement, &mut count) {
+                    out = std::borrow::Cow::Owned(r);
+                }
+                continue;
+            }
+            let replaced = rule.re.replace_all(&out, |c: &Captures| {
+                let whole = c.get(0).map(|m| (m.start(), m.as_str())).unwrap_or((0, ""));
+                let secret = c
+                    .name("s")
+                    .or_else(|| c.name("s2"))
+                    .or_else(|| c.name("s3"))
+                    .or_else(|| c.name("s4"));
+                match secret {
+                    Some(s) if !s.as_str().is_empty() && s.as_str() != replacement => {
+                        count += 1;
+                        let (start, text) = whole;
+                        let (a, b) = (s.start() - start, s.end() - start);
+                        format!("{}{replacement}{}", &text[..a], &text[b..])
+                    }
+                    _ => whole.1.to_string(),
+                }
+            });
+            if let std::borrow::Cow::Owned(s) = replaced {
+                out = std::borrow::Cow::Owned(s);
+            }
+        }
+        (count > 0).then(|| (out.into_owned(), count))
+    }
+}
+
+impl Rules {
+    /// Replaces the values of assignments whose key names a secret; `None` if none does.
+    /// A match consumes only the key, so the value of a key that is not secret is searched
+    /// too (`"msg":"...password: x..."`).
+    fn assignments(
+        &self,
+        key: &Regex,
+        text: &str,
+        keys: &SecretKeys,
+        replacement: &str,
+        count: &mut usize,
+    ) -> Option<String> {
+        let mut out = String::new();
+        let mut copied = 0;
+        let mut at = 0;
+        while at <= text.len() {
+            let Some(c) = key.captures_at(text, at) else {
+                break;
+            };
+            let end = c.get(0).map_or(text.len(), |m| m.end());
+            let secret_key = c
+                .name("k")
+                .is_some_and(|k| keys.is_secret_assignment(k.as_str()));
+            if !secret_key {
+                // Resume right after the key: its `=` or `:` may be what precedes the next
+                // key (`X=DB_PASSWORD=v`, `value: TOKEN=v`).
+                at = c.name("k").map_or(end, |k| k.end()).max(at + 1);
+                continue;
+            }
+            at = end.max(at + 1);
+            let Some(v) = self.value_at.captures(&text[end..]) else {
+                continue;
+            };
+            let Some(s) = v
+                .name("s")
+                .or_else(|| v.name("s2"))
+                .or_else(|| v.name("s3"))
+                .or_else(|| v.name("s4"))
+            else {
+                continue;
+            };
+            // `Authorization: Bearer x`: the scheme is not the secret (the header rule
+            // takes the token).
+            if s.as_str().is_empty() || s.as_str() == replacement || is_auth_scheme(s.as_str()) {
+                continue;
+            }
+            let (a, b) = (end + s.start(), end + s.end());
+            out.push_str(&text[copied..a]);
+            out.push_str(replacement);
+            copied = b;
+            at = b;
+            *count += 1;
+        }
+        if copied == 0 {
+            return None;
+        }
+        out.push_str(&text[copied..]);
+        Some(out)
+    }
+}
+
+fn is_auth_scheme(s: &str) -> bool {
+    ["basic", "bearer", "token", "digest", "negotiate"]
+        .iter()
+        .any(|w| s.eq_ignore_ascii_case(w))
+}
