@@ -406,8 +406,16 @@ fn the_hook_sends_ingest_and_answers_in_claude_codes_format() {
     assert_eq!(frames.len(), 1, "{frames:?}");
     assert_eq!(frames[0]["jsonrpc"], "2.0");
     assert_eq!(frames[0]["method"], "ingest");
+    let mut params = frames[0]["params"].clone();
+    // The hook's deadline: after it, the daemon records the call as bypassed.
+    let reply_by = params
+        .as_object_mut()
+        .unwrap()
+        .remove("reply_by_ms")
+        .and_then(|v| v.as_u64());
+    assert!(reply_by.is_some_and(|t| t > 1_700_000_000_000), "{params}");
     assert_eq!(
-        frames[0]["params"],
+        params,
         json!({"source": "claude-code", "event": event, "session_id": "sess-fmt-1"})
     );
     let answer = printed(&hook(&sock, &event_of("PermissionRequest", "s"), &[]));

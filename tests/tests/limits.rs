@@ -50,7 +50,9 @@ fn tricky_string(rng: &mut Rng, cost: usize) -> String {
     let mut used = 0;
     while used < cost {
         let c = if rng.chance(50) {
-            char::from(b'a' + rng.below(26) as u8)
+            // Filler letters that spell no secret-looking word (`token`, `key: x`, `sk-`):
+            // every stored event is redacted, and this test is about framing, not redaction.
+            char::from(b"fgjmqx"[rng.below(6)])
         } else {
             TRICKY[rng.below(TRICKY.len())]
         };
