@@ -16,8 +16,9 @@
 //! from it (emitted events, returned values) is charged to a per-call allowance (see
 //! [`luajson::Allowance`]). `__gc` metamethods are refused: Lua runs finalizers with hooks
 //! off, so one that loops could never be stopped. `string.rep` and `table.move`, whose C loops
-//! can run long without allocating, are bounded. Lua's pattern functions are not (yet): one
-//! pathological pattern backtracks inside a single C call that no hook can stop.
+//! can run long without allocating, are bounded. `string.find`/`match`/`gmatch`/`gsub` are
+//! replaced by [`lua_patterns`], whose matcher counts its steps against the call's budget
+//! (Lua's backtracks inside one C call that no hook can stop).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
@@ -28,6 +29,7 @@ use mlua::chunk::ChunkMode;
 use mlua::{Function, HookTriggers, Lua, LuaOptions, LuaSerdeExt, StdLib, Table, Value, VmState};
 use serde_json::Value as Json;
 
+use super::lua_patterns;
 use super::luajson;
 use super::{Call, Hooks, Limits, PluginError, PluginMeta, Reply, Shared};
 
@@ -394,6 +396,11 @@ fn sandbox(lua: &Lua, budget: &Arc<Budget>, memory_bytes: usize) -> mlua::Result
     }
     if let Ok(string) = g.get::<Table>("string") {
         string.set("dump", Value::Nil)?;
+        // Lua's own matcher backtracks inside one C call no hook can stop; ours counts its
+        // steps against the same budget as the instruction hook.
+        let budget = budget.clone();
+        let tick: lua_patterns::Tick = Arc::new(move || budget.check());
+        lua_patterns::install(lua, &string, tick, memory_bytes)?;
     }
     // Scripts reach the array metatable through getmetatable(host.array()); a `__gc` put there
     // would mark every array built later for finalization.
