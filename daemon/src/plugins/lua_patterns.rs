@@ -77,27 +77,52 @@ fn class_matches(class: u8, c: u8) -> bool {
     hit != class.is_ascii_uppercase()
 }
 
-#[derive(Debug, Clone)]
-enum SetItem {
-    Byte(u8),
-    Range(u8, u8),
-    Class(u8),
-}
-
-#[derive(Debug, Clone)]
-struct Set {
-    negated: bool,
-    items: Vec<SetItem>,
-}
+/// A set of bytes as a bitmap: sets and classes are compiled to one, so testing a byte
+/// costs the same whatever the set holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Set([u64; 4]);
 
 impl Set {
+    const EMPTY: Set = Set([0; 4]);
+
+    #[inline]
     fn matches(&self, c: u8) -> bool {
-        let hit = self.items.iter().any(|item| match *item {
-            SetItem::Byte(b) => b == c,
-            SetItem::Range(lo, hi) => lo <= c && c <= hi,
-            SetItem::Class(k) => class_matches(k, c),
+        self.0[usize::from(c >> 6)] & (1u64 << (c & 63)) != 0
+    }
+
+    fn insert(&mut self, c: u8) {
+        self.0[usize::from(c >> 6)] |= 1u64 << (c & 63);
+    }
+
+    fn union(&mut self, other: &Set) {
+        for (a, b) in self.0.iter_mut().zip(other.0) {
+            *a |= b;
+        }
+    }
+
+    fn complement(&mut self) {
+        for a in &mut self.0 {
+            *a = !*a;
+        }
+    }
+
+    /// What `%k` stands for, computed once per letter.
+    fn class(k: u8) -> Set {
+        static CLASSES: std::sync::OnceLock<Vec<Set>> = std::sync::OnceLock::new();
+        let all = CLASSES.get_or_init(|| {
+            (0..=255u8)
+                .map(|k| {
+                    let mut set = Set::EMPTY;
+                    for c in 0..=255u8 {
+                        if class_matches(k, c) {
+                            set.insert(c);
+                        }
+                    }
+                    set
+                })
+                .collect()
         });
-        hit != self.negated
+        all.get(usize::from(k)).copied().unwrap_or(Set::EMPTY)
     }
 }
 
@@ -106,7 +131,6 @@ impl Set {
 enum Class {
     Any,
     Byte(u8),
-    Escape(u8),
     Set(Set),
 }
 
@@ -116,7 +140,6 @@ impl Class {
         match self {
             Class::Any => true,
             Class::Byte(b) => *b == c,
-            Class::Escape(k) => class_matches(*k, c),
             Class::Set(set) => set.matches(c),
         }
     }
@@ -184,25 +207,30 @@ fn parse_set(p: &[u8], mut i: usize) -> R<(Set, usize)> {
         }
     };
     let body = &p[start..end];
-    let mut items = Vec::new();
+    let mut set = Set::EMPTY;
     let mut j = 0;
     while j < body.len() {
         let c = body[j];
         if c == b'%' {
             // Cannot be last: the scan above took the byte after it.
             if let Some(&k) = body.get(j + 1) {
-                items.push(SetItem::Class(k));
+                set.union(&Set::class(k));
             }
             j += 2;
         } else if body.get(j + 1) == Some(&b'-') && j + 2 < body.len() {
-            items.push(SetItem::Range(c, body[j + 2]));
+            for b in c..=body[j + 2] {
+                set.insert(b);
+            }
             j += 3;
         } else {
-            items.push(SetItem::Byte(c));
+            set.insert(c);
             j += 1;
         }
     }
-    Ok((Set { negated, items }, end + 1))
+    if negated {
+        set.complement();
+    }
+    Ok((set, end + 1))
 }
 
 impl Pattern {
@@ -255,7 +283,7 @@ impl Pattern {
                     return Ok((Node::Frontier(set), next));
                 }
                 Some(&d) if d.is_ascii_digit() => return Ok((Node::BackRef(d - b'0'), i + 2)),
-                Some(&k) => (Class::Escape(k), i + 2),
+                Some(&k) => (Class::Set(Set::class(k)), i + 2),
             },
             b'[' => {
                 let (set, next) = parse_set(p, i + 1)?;
@@ -277,16 +305,45 @@ impl Pattern {
     }
 
     /// The class every match's first byte must be in (a frontier before it takes no
-    /// byte), so that the search can skip the positions where no match can start.
+    /// byte, nor does a capture's start), so that the search can skip the positions where no match can start.
     fn first_class(&self) -> Option<&Class> {
-        let first = match self.nodes.first()? {
-            Node::Frontier(_) => self.nodes.get(1)?,
-            node => node,
-        };
+        // Frontiers and capture starts take no byte.
+        let first = self
+            .nodes
+            .iter()
+            .find(|n| !matches!(n, Node::Frontier(_) | Node::Open | Node::Position))?;
         match first {
             Node::Single(class, Rep::One | Rep::Plus) => Some(class),
             _ => None,
         }
+    }
+}
+
+/// Patterns compiled lately: plugins use the same few patterns on every event. Bounded in
+/// entries and pattern length; emptied when full.
+#[derive(Default)]
+pub struct Cache(std::sync::Mutex<std::collections::HashMap<(Vec<u8>, bool), Arc<Pattern>>>);
+
+impl Cache {
+    const ENTRIES: usize = 64;
+    const LONGEST: usize = 256;
+
+    fn get(&self, p: &[u8], honour_anchor: bool) -> Arc<Pattern> {
+        if p.len() > Self::LONGEST {
+            return Arc::new(Pattern::compile(p, honour_anchor));
+        }
+        let Ok(mut map) = self.0.lock() else {
+            return Arc::new(Pattern::compile(p, honour_anchor));
+        };
+        if let Some(pat) = map.get(&(p.to_vec(), honour_anchor)) {
+            return pat.clone();
+        }
+        if map.len() >= Self::ENTRIES {
+            map.clear();
+        }
+        let pat = Arc::new(Pattern::compile(p, honour_anchor));
+        map.insert((p.to_vec(), honour_anchor), pat.clone());
+        pat
     }
 }
 
@@ -687,6 +744,7 @@ fn find_or_match(
     lua: &Lua,
     args: MultiValue,
     tick: &Tick,
+    cache: &Cache,
     want_positions: bool,
 ) -> mlua::Result<MultiValue> {
     let fname = if want_positions { "find" } else { "match" };
@@ -718,7 +776,7 @@ fn find_or_match(
         }
         return Ok(out);
     }
-    let pat = Pattern::compile(pb, true);
+    let pat = cache.get(pb, true);
     let mut m = Matcher::new(&pat, sb, tick);
     match m.find_from(init)? {
         Some((a, e)) => {
@@ -735,7 +793,7 @@ fn find_or_match(
     Ok(out)
 }
 
-fn gmatch(lua: &Lua, args: MultiValue, tick: &Tick) -> mlua::Result<Function> {
+fn gmatch(lua: &Lua, args: MultiValue, tick: &Tick, cache: &Cache) -> mlua::Result<Function> {
     let mut args = args.into_iter();
     let s = string_arg(lua, args.next().unwrap_or(Value::Nil), 1, "gmatch")?;
     let p = string_arg(lua, args.next().unwrap_or(Value::Nil), 2, "gmatch")?;
@@ -744,7 +802,7 @@ fn gmatch(lua: &Lua, args: MultiValue, tick: &Tick) -> mlua::Result<Function> {
     // Starting past the end, as Lua does, it finds nothing (not even an empty match).
     let start = start_index(init, subject.len()).unwrap_or(subject.len() + 1);
     // In gmatch a leading `^` is an ordinary byte (an anchor would stop the iteration).
-    let pat = Pattern::compile(&p.as_bytes(), false);
+    let pat = cache.get(&p.as_bytes(), false);
     let tick = tick.clone();
     let state = std::sync::Mutex::new((start, None::<usize>));
     lua.create_function(move |lua, ()| {
@@ -786,7 +844,13 @@ fn append(out: &mut Vec<u8>, bytes: &[u8], cap: usize) -> mlua::Result<()> {
     Ok(())
 }
 
-fn gsub(lua: &Lua, args: MultiValue, tick: &Tick, cap: usize) -> mlua::Result<MultiValue> {
+fn gsub(
+    lua: &Lua,
+    args: MultiValue,
+    tick: &Tick,
+    cache: &Cache,
+    cap: usize,
+) -> mlua::Result<MultiValue> {
     let mut args = args.into_iter();
     let s = string_arg(lua, args.next().unwrap_or(Value::Nil), 1, "gsub")?;
     let p = string_arg(lua, args.next().unwrap_or(Value::Nil), 2, "gsub")?;
@@ -808,7 +872,7 @@ fn gsub(lua: &Lua, args: MultiValue, tick: &Tick, cap: usize) -> mlua::Result<Mu
     };
     let s_ref = s.as_bytes();
     let sb: &[u8] = &s_ref;
-    let pat = Pattern::compile(&p.as_bytes(), true);
+    let pat = cache.get(&p.as_bytes(), true);
     let repl_bytes = match &repl {
         Value::String(r) => Some(r.as_bytes().to_vec()),
         _ => None,
@@ -864,7 +928,13 @@ fn gsub(lua: &Lua, args: MultiValue, tick: &Tick, cap: usize) -> mlua::Result<Mu
         append(&mut out, rest, cap)?;
     }
     let mut ret = MultiValue::new();
-    ret.push_back(Value::String(lua.create_string(&out)?));
+    // Unchanged: no need for a copy.
+    let result = if count == 0 {
+        s.clone()
+    } else {
+        lua.create_string(&out)?
+    };
+    ret.push_back(Value::String(result));
     ret.push_back(Value::Integer(count));
     Ok(ret)
 }
@@ -932,24 +1002,27 @@ fn expand(
 /// Puts `find`, `match`, `gmatch` and `gsub` into `string`; what `gsub` builds is capped at
 /// `max_bytes`.
 pub fn install(lua: &Lua, string: &Table, tick: Tick, max_bytes: usize) -> mlua::Result<()> {
-    let t = tick.clone();
+    let cache = Arc::new(Cache::default());
+    let (t, c) = (tick.clone(), cache.clone());
     string.set(
         "find",
-        lua.create_function(move |lua, args: MultiValue| find_or_match(lua, args, &t, true))?,
+        lua.create_function(move |lua, args: MultiValue| find_or_match(lua, args, &t, &c, true))?,
     )?;
-    let t = tick.clone();
+    let (t, c) = (tick.clone(), cache.clone());
     string.set(
         "match",
-        lua.create_function(move |lua, args: MultiValue| find_or_match(lua, args, &t, false))?,
+        lua.create_function(move |lua, args: MultiValue| find_or_match(lua, args, &t, &c, false))?,
     )?;
-    let t = tick.clone();
+    let (t, c) = (tick.clone(), cache.clone());
     string.set(
         "gmatch",
-        lua.create_function(move |lua, args: MultiValue| gmatch(lua, args, &t))?,
+        lua.create_function(move |lua, args: MultiValue| gmatch(lua, args, &t, &c))?,
     )?;
     string.set(
         "gsub",
-        lua.create_function(move |lua, args: MultiValue| gsub(lua, args, &tick, max_bytes))?,
+        lua.create_function(move |lua, args: MultiValue| {
+            gsub(lua, args, &tick, &cache, max_bytes)
+        })?,
     )?;
     Ok(())
 }
