@@ -739,20 +739,40 @@ fn truthy(v: &Value) -> bool {
     !matches!(v, Value::Nil | Value::Boolean(false))
 }
 
+/// A linear substring search. Short needles, the common case, skip memmem's setup: memchr
+/// to each candidate, then a compare of at most 16 bytes, so still linear.
+fn plain_find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    let Some((&first, rest)) = needle.split_first() else {
+        return Some(0);
+    };
+    if needle.len() > 16 {
+        return memchr::memmem::find(hay, needle);
+    }
+    let mut at = 0;
+    while let Some(off) = hay.get(at..).and_then(|h| memchr::memchr(first, h)) {
+        let start = at + off;
+        match hay.get(start + 1..start + needle.len()) {
+            Some(tail) if tail == rest => return Some(start),
+            Some(_) => at = start + 1,
+            None => return None,
+        }
+    }
+    None
+}
+
 /// `string.find` (`want_positions`) and `string.match`.
 fn find_or_match(
     lua: &Lua,
-    args: MultiValue,
+    (s, p, init, plain): (Value, Value, Value, Value),
     tick: &Tick,
     cache: &Cache,
     want_positions: bool,
 ) -> mlua::Result<MultiValue> {
     let fname = if want_positions { "find" } else { "match" };
-    let mut args = args.into_iter();
-    let s = string_arg(lua, args.next().unwrap_or(Value::Nil), 1, fname)?;
-    let p = string_arg(lua, args.next().unwrap_or(Value::Nil), 2, fname)?;
-    let init = int_arg(lua, args.next().unwrap_or(Value::Nil), 3, fname, 1)?;
-    let plain = want_positions && truthy(&args.next().unwrap_or(Value::Nil));
+    let s = string_arg(lua, s, 1, fname)?;
+    let p = string_arg(lua, p, 2, fname)?;
+    let init = int_arg(lua, init, 3, fname, 1)?;
+    let plain = want_positions && truthy(&plain);
     let s_ref = s.as_bytes();
     let p_ref = p.as_bytes();
     let sb: &[u8] = &s_ref;
@@ -764,9 +784,7 @@ fn find_or_match(
     };
     if want_positions && (plain || is_plain(pb)) {
         // A linear search: nothing to backtrack, nothing to count.
-        let hit = sb
-            .get(init..)
-            .and_then(|rest| memchr::memmem::find(rest, pb));
+        let hit = sb.get(init..).and_then(|rest| plain_find(rest, pb));
         match hit {
             Some(off) => {
                 out.push_back(Value::Integer((init + off + 1) as i64));
@@ -1006,12 +1024,16 @@ pub fn install(lua: &Lua, string: &Table, tick: Tick, max_bytes: usize) -> mlua:
     let (t, c) = (tick.clone(), cache.clone());
     string.set(
         "find",
-        lua.create_function(move |lua, args: MultiValue| find_or_match(lua, args, &t, &c, true))?,
+        lua.create_function(move |lua, args: (Value, Value, Value, Value)| {
+            find_or_match(lua, args, &t, &c, true)
+        })?,
     )?;
     let (t, c) = (tick.clone(), cache.clone());
     string.set(
         "match",
-        lua.create_function(move |lua, args: MultiValue| find_or_match(lua, args, &t, &c, false))?,
+        lua.create_function(move |lua, args: (Value, Value, Value, Value)| {
+            find_or_match(lua, args, &t, &c, false)
+        })?,
     )?;
     let (t, c) = (tick.clone(), cache.clone());
     string.set(
