@@ -394,7 +394,9 @@ fn sandbox(lua: &Lua, budget: &Arc<Budget>, memory_bytes: usize) -> mlua::Result
     for name in ["dofile", "loadfile", "collectgarbage", "require", "module"] {
         g.set(name, Value::Nil)?;
     }
-    if let Ok(string) = g.get::<Table>("string") {
+    let string: Table = g.get("string")?;
+    let raw_find: Function = string.get("find")?;
+    {
         string.set("dump", Value::Nil)?;
         // Lua's own matcher backtracks inside one C call no hook can stop; ours counts its
         // steps against the same budget as the instruction hook.
@@ -412,7 +414,7 @@ fn sandbox(lua: &Lua, budget: &Arc<Budget>, memory_bytes: usize) -> mlua::Result
     // `load` of text only; bytecode can break the VM's invariants. The environment is passed
     // on only when given, so `load(text)` keeps the global one.
     lua.load(
-        r#"local spent, max_bytes, max_move = ...
+        r#"local spent, max_bytes, max_move, raw_find = ...
         local error, type, tonumber, tostring, rawget = error, type, tonumber, tostring, rawget
         local raw_pcall, raw_xpcall, raw_load = pcall, xpcall, load
         local raw_resume, raw_close = coroutine.resume, coroutine.close
@@ -446,6 +448,16 @@ fn sandbox(lua: &Lua, budget: &Arc<Budget>, memory_bytes: usize) -> mlua::Result
           end
           return raw_rep(s, n, sep)
         end
+        -- A plain search for a short needle is linear in Lua's C code too (memchr, then a
+        -- compare of at most 16 bytes), and calls into Rust cost more than such a search.
+        local find = string.find
+        string.find = function(s, p, init, plain)
+          if type(s) == "string" and type(p) == "string" and #p <= 16
+            and (plain or not raw_find(p, "[%^%$%*%+%?%.%(%[%%%-]")) then
+            return raw_find(s, p, init, true)
+          end
+          return find(s, p, init, plain)
+        end
         table.move = function(a1, f, e, t, a2)
           local first, last = tonumber(f), tonumber(e)
           if first and last and last - first >= max_move then
@@ -455,7 +467,7 @@ fn sandbox(lua: &Lua, budget: &Arc<Budget>, memory_bytes: usize) -> mlua::Result
         end"#,
     )
     .set_name("=sandbox")
-    .call::<()>((spent, memory_bytes, MAX_MOVE))
+    .call::<()>((spent, memory_bytes, MAX_MOVE, raw_find))
 }
 
 fn install_host_table(
