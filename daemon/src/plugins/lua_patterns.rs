@@ -322,7 +322,10 @@ impl Pattern {
 /// Patterns compiled lately: plugins use the same few patterns on every event. Bounded in
 /// entries and pattern length; emptied when full.
 #[derive(Default)]
-pub struct Cache(std::sync::Mutex<std::collections::HashMap<(Vec<u8>, bool), Arc<Pattern>>>);
+pub struct Cache(std::sync::Mutex<CacheMap>);
+
+/// Compiled patterns by their text and whether `^` anchors.
+type CacheMap = std::collections::HashMap<(Vec<u8>, bool), Arc<Pattern>>;
 
 impl Cache {
     const ENTRIES: usize = 64;
@@ -716,7 +719,7 @@ fn int_arg(lua: &Lua, v: Value, n: usize, fname: &str, default: i64) -> mlua::Re
 }
 
 fn float_to_int(f: f64) -> Option<i64> {
-    (f.fract() == 0.0 && f >= -9.223_372_036_854_776e18 && f < 9.223_372_036_854_776e18)
+    (f.fract() == 0.0 && (-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(&f))
         .then_some(f as i64)
 }
 
@@ -725,9 +728,7 @@ fn start_index(init: i64, len: usize) -> Option<usize> {
     let len_i = len as i64;
     let pos = if init > 0 {
         init
-    } else if init == 0 {
-        1
-    } else if init < -len_i {
+    } else if init == 0 || init < -len_i {
         1
     } else {
         len_i + init + 1
