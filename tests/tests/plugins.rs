@@ -764,6 +764,14 @@ fn hung_plugins_stop_costing_cpu_once_disabled_or_reloaded() {
         ),
         ("rep-bomb", "while true do pcall(string.rep, '', 1e18) end"),
         (
+            "find-bomb",
+            "string.find(string.rep('a', 100000), '.-.-.-.-b')",
+        ),
+        (
+            "gsub-bomb",
+            "string.gsub(string.rep('a', 50000), '.-.-.-b', 'x')",
+        ),
+        (
             "gc-spin",
             "setmetatable({}, { __gc = function() while true do end end }) emit({ type = 'x' })",
         ),

@@ -16,8 +16,9 @@
 //! from it (emitted events, returned values) is charged to a per-call allowance (see
 //! [`luajson::Allowance`]). `__gc` metamethods are refused: Lua runs finalizers with hooks
 //! off, so one that loops could never be stopped. `string.rep` and `table.move`, whose C loops
-//! can run long without allocating, are bounded. Lua's pattern functions are not (yet): one
-//! pathological pattern backtracks inside a single C call that no hook can stop.
+//! can run long without allocating, are bounded. `string.find`/`match`/`gmatch`/`gsub` are
+//! replaced by [`lua_patterns`], whose matcher counts its steps against the call's budget
+//! (Lua's backtracks inside one C call that no hook can stop).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
@@ -28,6 +29,7 @@ use mlua::chunk::ChunkMode;
 use mlua::{Function, HookTriggers, Lua, LuaOptions, LuaSerdeExt, StdLib, Table, Value, VmState};
 use serde_json::Value as Json;
 
+use super::lua_patterns;
 use super::luajson;
 use super::{Call, Hooks, Limits, PluginError, PluginMeta, Reply, Shared};
 
@@ -392,8 +394,15 @@ fn sandbox(lua: &Lua, budget: &Arc<Budget>, memory_bytes: usize) -> mlua::Result
     for name in ["dofile", "loadfile", "collectgarbage", "require", "module"] {
         g.set(name, Value::Nil)?;
     }
-    if let Ok(string) = g.get::<Table>("string") {
+    let string: Table = g.get("string")?;
+    let raw_find: Function = string.get("find")?;
+    {
         string.set("dump", Value::Nil)?;
+        // Lua's own matcher backtracks inside one C call no hook can stop; ours counts its
+        // steps against the same budget as the instruction hook.
+        let budget = budget.clone();
+        let tick: lua_patterns::Tick = Arc::new(move || budget.check());
+        lua_patterns::install(lua, &string, tick, memory_bytes)?;
     }
     // Scripts reach the array metatable through getmetatable(host.array()); a `__gc` put there
     // would mark every array built later for finalization.
@@ -405,7 +414,7 @@ fn sandbox(lua: &Lua, budget: &Arc<Budget>, memory_bytes: usize) -> mlua::Result
     // `load` of text only; bytecode can break the VM's invariants. The environment is passed
     // on only when given, so `load(text)` keeps the global one.
     lua.load(
-        r#"local spent, max_bytes, max_move = ...
+        r#"local spent, max_bytes, max_move, raw_find = ...
         local error, type, tonumber, tostring, rawget = error, type, tonumber, tostring, rawget
         local raw_pcall, raw_xpcall, raw_load = pcall, xpcall, load
         local raw_resume, raw_close = coroutine.resume, coroutine.close
@@ -439,6 +448,16 @@ fn sandbox(lua: &Lua, budget: &Arc<Budget>, memory_bytes: usize) -> mlua::Result
           end
           return raw_rep(s, n, sep)
         end
+        -- A plain search for a short needle is linear in Lua's C code too (memchr, then a
+        -- compare of at most 16 bytes), and calls into Rust cost more than such a search.
+        local find = string.find
+        string.find = function(s, p, init, plain)
+          if type(s) == "string" and type(p) == "string" and #p <= 16
+            and (plain or not raw_find(p, "[%^%$%*%+%?%.%(%[%%%-]")) then
+            return raw_find(s, p, init, true)
+          end
+          return find(s, p, init, plain)
+        end
         table.move = function(a1, f, e, t, a2)
           local first, last = tonumber(f), tonumber(e)
           if first and last and last - first >= max_move then
@@ -448,7 +467,7 @@ fn sandbox(lua: &Lua, budget: &Arc<Budget>, memory_bytes: usize) -> mlua::Result
         end"#,
     )
     .set_name("=sandbox")
-    .call::<()>((spent, memory_bytes, MAX_MOVE))
+    .call::<()>((spent, memory_bytes, MAX_MOVE, raw_find))
 }
 
 fn install_host_table(

@@ -10,6 +10,7 @@
 pub mod builtin;
 pub mod isolated;
 pub mod lua;
+mod lua_patterns;
 mod luajson;
 pub mod native;
 
