@@ -748,6 +748,17 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(1));
         let h = host("string.rep('ab', 1e12)");
         assert!(fails(&h, Json::Null).contains("memory limit"));
+        // Backtracking patterns are counted against the budget, not run to the end.
+        let h = host("string.find(string.rep('a', 100000), '.-.-.-.-b')");
+        assert!(fails(&h, Json::Null).contains("exceeded its deadline"));
+        let h = host("for w in string.rep('a', 50000):gmatch('a*a*a*b') do end");
+        assert!(fails(&h, Json::Null).contains("exceeded its deadline"));
+        let h = host("string.gsub(string.rep('a', 50000), '.-.-b', 'x')");
+        assert!(fails(&h, Json::Null).contains("exceeded its deadline"));
+        let h = host(
+            "local i = string.find(string.rep('a', 1e6), string.rep('a', 1e4) .. 'b', 1, true) emit({ type = tostring(i) })",
+        );
+        assert_eq!(map(&h, Json::Null).unwrap()[0]["type"], "nil");
         let h = host("table.move({}, 1, 1e15, 2)");
         assert!(fails(&h, Json::Null).contains("table.move"));
         let h = host("local t = table.move({1, 2, 3}, 1, 3, 2) emit({ type = 'x', t = t })");
