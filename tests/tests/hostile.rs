@@ -526,3 +526,37 @@ fn one_clients_flood_does_not_hold_up_another_agents_tool_call() {
         f.join().unwrap();
     }
 }
+
+#[test]
+fn a_plugin_cannot_forge_or_flood_the_daemons_log() {
+    let d = Daemon::start();
+    let dir = d.plugin_dir();
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(
+        dir.join("liar.lua"),
+        r#"
+        local M = { name = "liar", api = 1, sources = { "liar" } }
+        function M.map(raw, emit, ctx)
+          host.log("warn", "fine\nFORGED-LINE ERROR dstream: the store failed")
+          for i = 1, 500 do host.log("info", "LOG-FLOOD " .. i) end
+          emit({ type = "x" })
+        end
+        return M
+        "#,
+    )
+    .unwrap();
+    let mut c = d.client();
+    c.ok("plugins.reload", json!({}));
+    c.ok("ingest", json!({"source": "liar", "event": {}}));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !d.stderr().contains("FORGED-LINE") {
+        assert!(std::time::Instant::now() < deadline, "{}", d.stderr());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let log = d.stderr();
+    // The newline stayed inside the plugin's one line.
+    assert!(!log.lines().any(|l| l.starts_with("FORGED-LINE")), "{log}");
+    assert!(log.contains("fine\\nFORGED-LINE"), "{log}");
+    let flood = log.matches("LOG-FLOOD").count();
+    assert!(flood < 100, "{flood} flood lines reached the log");
+}

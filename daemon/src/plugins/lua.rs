@@ -479,6 +479,7 @@ fn install_host_table(
     let host = lua.create_table()?;
     let plugin = chunk_name.trim_start_matches('@').to_string();
     let log_name = plugin.clone();
+    let throttle = super::log_line::Throttle::default();
     host.set(
         "log",
         lua.create_function(move |_, (a, b): (String, Option<String>)| {
@@ -486,6 +487,14 @@ fn install_host_table(
                 Some(msg) => (a, msg),
                 None => ("info".to_string(), a),
             };
+            match throttle.check() {
+                super::log_line::Verdict::Drop => return Ok(()),
+                super::log_line::Verdict::Log { dropped_before } if dropped_before > 0 => {
+                    tracing::warn!(plugin = %log_name, dropped = dropped_before, "plugin log lines dropped (more than 20 a second)");
+                }
+                super::log_line::Verdict::Log { .. } => {}
+            }
+            let msg = super::log_line::clean(&msg);
             match level.as_str() {
                 "error" => tracing::error!(plugin = %log_name, "{msg}"),
                 "warn" => tracing::warn!(plugin = %log_name, "{msg}"),

@@ -9,6 +9,7 @@
 
 pub mod builtin;
 pub mod isolated;
+mod log_line;
 pub mod lua;
 mod lua_patterns;
 mod luajson;

@@ -98,8 +98,20 @@ extern "C" fn host_log(level: i32, msg: *const c_char, len: usize) {
     }
     // SAFETY: the plugin passes `len` readable bytes at `msg` (the header's contract).
     let bytes = unsafe { std::slice::from_raw_parts(msg.cast::<u8>(), len) };
-    let text = String::from_utf8_lossy(bytes);
+    // One throttle per plugin thread (each native plugin runs on its own).
+    thread_local! {
+        static THROTTLE: super::log_line::Throttle = super::log_line::Throttle::default();
+    }
     let name = PLUGIN_NAME.with(|n| n.borrow().clone());
+    match THROTTLE.with(|t| t.check()) {
+        super::log_line::Verdict::Drop => return,
+        super::log_line::Verdict::Log { dropped_before } if dropped_before > 0 => {
+            tracing::warn!(plugin = %name, dropped = dropped_before, "plugin log lines dropped (more than 20 a second)");
+        }
+        super::log_line::Verdict::Log { .. } => {}
+    }
+    let lossy = String::from_utf8_lossy(bytes);
+    let text = super::log_line::clean(&lossy);
     match level {
         1 => tracing::error!(plugin = %name, "{text}"),
         2 => tracing::warn!(plugin = %name, "{text}"),
