@@ -72,7 +72,10 @@ pub struct Ingest {
 impl Ingest {
     /// Nobody waits for this event's decision any more: the hook gave up, the call ran.
     fn abandoned(&self) -> Option<&'static str> {
-        if self.reply_by_ms.is_some_and(|t| now_ms() > t) {
+        if self
+            .reply_by_ms
+            .is_some_and(|t| crate::checkpoint::now_ms() > t)
+        {
             Some("the hook's deadline passed before the daemon got to this tool call")
         } else if self.gone.as_ref().is_some_and(|g| g()) {
             Some("the hook disconnected before the daemon got to this tool call")
@@ -80,12 +83,6 @@ impl Ingest {
             None
         }
     }
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Ingests queued per client, and the clients with some, in turn. Bounded by what clients

@@ -180,18 +180,25 @@ pub fn run_detached(program: &Path, args: &[&std::ffi::OsStr]) -> std::process::
 /// `dstream hook claude-code` against the daemon at `socket`, with `event` on stdin, left
 /// running (it may wait for a checkpoint).
 pub fn spawn_hook(socket: &Path, event: &Value) -> Child {
+    spawn_hook_raw(socket, event.to_string().as_bytes(), &[])
+}
+
+/// [`spawn_hook`] with `stdin` as raw bytes (what JSON values cannot hold) and extra
+/// environment variables.
+pub fn spawn_hook_raw(socket: &Path, stdin: &[u8], env: &[(&str, &str)]) -> Child {
     let mut child = Command::new(daemon_bin())
         .args(["hook", "claude-code"])
         .env("DSTREAM_SOCKET", socket)
         .env_remove("DSTREAM_HOOK_FAIL_CLOSED")
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn dstream hook");
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(event.to_string().as_bytes()).unwrap();
-    drop(stdin);
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin).unwrap();
+    drop(input);
     child
 }
 

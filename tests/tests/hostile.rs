@@ -113,24 +113,9 @@ fn a_symlink_planted_as_a_log_is_never_followed() {
 
 /// `dstream hook claude-code` with `stdin` as the raw event; its stdout.
 fn run_hook(socket: &std::path::Path, stdin: &str) -> String {
-    use std::io::Write;
-    use std::process::{Command, Stdio};
-    let mut child = Command::new(dstream_tests::daemon_bin())
-        .args(["hook", "claude-code"])
-        .env("DSTREAM_SOCKET", socket)
-        .env_remove("DSTREAM_HOOK_FAIL_CLOSED")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
+    let out = dstream_tests::spawn_hook_raw(socket, stdin.as_bytes(), &[])
+        .wait_with_output()
         .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{out:?}");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -319,32 +304,22 @@ fn a_session_named_like_a_temporary_file_keeps_its_checkpoints_across_a_restart(
 
 #[test]
 fn a_hook_never_waits_more_than_an_hour_whatever_its_environment_says() {
-    use std::io::Write;
-    use std::process::{Command, Stdio};
-    let mut child = Command::new(dstream_tests::daemon_bin())
-        .args(["hook", "claude-code"])
-        .env("DSTREAM_SOCKET", "/nonexistent/dstream.sock")
-        .env("DSTREAM_HOOK_TIMEOUT_MS", u64::MAX.to_string())
-        .env("DSTREAM_HOOK_DEBUG", "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(br#"{"hook_event_name":"Stop","session_id":"x"}"#)
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = dstream_tests::spawn_hook_raw(
+        std::path::Path::new("/nonexistent/dstream.sock"),
+        br#"{"hook_event_name":"Stop","session_id":"x"}"#,
+        &[
+            ("DSTREAM_HOOK_TIMEOUT_MS", &u64::MAX.to_string()),
+            ("DSTREAM_HOOK_DEBUG", "1"),
+        ],
+    )
+    .wait_with_output()
+    .unwrap();
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("using 3600000"), "{said}");
 }
 
 #[test]
 fn the_hook_talks_only_to_a_daemon_of_its_own_user() {
-    use std::io::Write;
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
@@ -382,23 +357,14 @@ fn the_hook_talks_only_to_a_daemon_of_its_own_user() {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    let mut hook = Command::new(dstream_tests::daemon_bin())
-        .args(["hook", "claude-code"])
-        .env("DSTREAM_SOCKET", &socket)
-        .env("DSTREAM_HOOK_DEBUG", "1")
-        .env_remove("DSTREAM_HOOK_FAIL_CLOSED")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
     let event = dstream_tests::claude_pre_tool_use("uid-1", "toolu_uid", "ls");
-    hook.stdin
-        .take()
-        .unwrap()
-        .write_all(event.to_string().as_bytes())
-        .unwrap();
-    let out = hook.wait_with_output().unwrap();
+    let out = dstream_tests::spawn_hook_raw(
+        &socket,
+        event.to_string().as_bytes(),
+        &[("DSTREAM_HOOK_DEBUG", "1")],
+    )
+    .wait_with_output()
+    .unwrap();
     other.kill().unwrap();
     other.wait().unwrap();
     let said = String::from_utf8_lossy(&out.stderr);
