@@ -195,6 +195,7 @@ pub struct RelayConfig {
     pub approval_key_env: String,
     pub approval_key_id: String,
     pub approval_max_age_ms: u64,
+    pub max_page_bytes: usize,
 }
 
 impl RelayConfig {
@@ -512,6 +513,12 @@ impl Config {
         }
         if r.max_parallel_streams == 0 {
             return bad("max_parallel_streams", "must be at least 1".into());
+        }
+        if !(4096..=(1 << 30)).contains(&r.max_page_bytes) {
+            return bad(
+                "max_page_bytes",
+                "must be between 4096 and 1073741824".into(),
+            );
         }
         if r.approval_key_id.is_empty() || r.approval_key_id.contains(char::is_whitespace) {
             return bad("approval_key_id", "must be a non-empty word".into());

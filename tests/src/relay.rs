@@ -327,6 +327,11 @@ pub fn http(
     })
 }
 
+/// The body of a chunked HTTP/1.1 answer, without its chunk framing.
+pub fn dechunk_body(b: &[u8]) -> Vec<u8> {
+    dechunk(b)
+}
+
 fn dechunk(mut b: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     while let Some(eol) = find(b, b"\r\n") {

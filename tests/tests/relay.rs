@@ -94,7 +94,10 @@ fn append_many(d: &Daemon, session: &str, n: usize, tag: &str) {
 
 fn relay_round_trip(kind: ServerKind) {
     let server = RemoteServer::start(kind);
-    let d = Daemon::start_with(&relay_config(&server.base_url(), ""));
+    let d = Daemon::start_with(&relay_config(
+        &server.base_url(),
+        "close_on_session_end = true",
+    ));
     let mut c = d.client();
     for i in 0..20 {
         c.append("a", "user.input", json!({"text": format!("prompt {i}")}));

@@ -1,4 +1,5 @@
-//! `dstream relay status`: where each session stands on the remote Durable Streams server.
+//! `dstream relay status`: where each session stands on the remote Durable Streams server;
+//! `dstream relay retry`: try again now, instead of after the backoff or a config change.
 
 use std::process::ExitCode;
 
@@ -22,12 +23,33 @@ enum RelayCommand {
     /// Per session: the last local LSN, the last one the server acknowledged, the lag, the
     /// state (live, catching_up, backing_off with the next try, failed with the reason).
     Status,
+    /// Ends every backoff now and restarts the streams that stopped (as a configuration
+    /// change would): for when the server is back, or its answer was fixed.
+    Retry,
 }
 
 pub fn run(args: RelayArgs) -> anyhow::Result<ExitCode> {
     match args.command {
         RelayCommand::Status => status(&args.opts),
+        RelayCommand::Retry => retry(&args.opts),
     }
+}
+
+fn retry(opts: &ClientOpts) -> anyhow::Result<ExitCode> {
+    runtime()?.block_on(async {
+        let client = connect(opts).await?;
+        let value = client
+            .call_raw("relay.retry", serde_json::json!({}))
+            .await?;
+        if opts.json {
+            print_json(&value)?;
+        } else if value["enabled"] == true {
+            println!("relay: every stream tries again now");
+        } else {
+            println!("relay: off (set [relay] url in the configuration)");
+        }
+        Ok(ExitCode::SUCCESS)
+    })
 }
 
 fn status(opts: &ClientOpts) -> anyhow::Result<ExitCode> {

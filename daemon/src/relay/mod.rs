@@ -16,6 +16,7 @@
 
 mod control;
 pub mod ledger;
+mod page;
 mod remote;
 pub mod signing;
 mod stream;
@@ -276,6 +277,16 @@ impl Relay {
             tracing::error!(error = %e, "the relay cannot run");
         }
         self.shared.settings.send_replace(Arc::new(settings));
+    }
+
+    /// `relay.retry`: every backoff ends and every stopped stream starts again, as on a
+    /// configuration change (the same configuration, a new generation). Whether the relay is
+    /// on.
+    pub fn retry(&self) -> bool {
+        let config = self.shared.settings.borrow().config.clone();
+        tracing::info!("relay: retry asked for; every stream tries again now");
+        self.reconfigure(&config);
+        config.enabled()
     }
 
     /// `relay.status`.

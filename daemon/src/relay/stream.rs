@@ -11,6 +11,12 @@
 //!   new epoch, starting at seq 0;
 //! - a new epoch is `max(old + 1, now in ms)`, so it is above any epoch this producer id has
 //!   used before, even one whose ledger is gone.
+//!
+//! Against a server that misbehaves: only the protocol's own success answer counts as
+//! delivered (a 200 with a valid `Stream-Next-Offset` past the last one known, or a 204);
+//! every loop that talks to the server (retries, resyncs, re-creating a stream that keeps
+//! vanishing) waits the same backoff once it repeats without progress, and the warnings it
+//! logs are rate-limited with a count.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -33,7 +39,15 @@ const IDLE_EXIT: Duration = Duration::from_secs(15 * 60);
 /// A closed stream (its session ended) has nothing to follow: its task ends sooner.
 const CLOSED_EXIT: Duration = Duration::from_secs(5);
 /// The event type that ends a session (and closes its remote stream).
-const SESSION_ENDED: &[u8] = b"\"type\":\"lifecycle.session.ended\"";
+const SESSION_ENDED: &str = "lifecycle.session.ended";
+/// Refused control messages stay local: relaying them back would let a server that sends
+/// junk make the relay send it more.
+const KEPT_LOCAL: &str = "relay.control_rejected";
+/// Pages of one resync read at most: a server that keeps answering "there is more" cannot
+/// hold a stream in its resync for ever.
+const MAX_RESYNC_PAGES: usize = 100_000;
+/// A warning of one kind is logged at most this often per stream; the rest are counted.
+const WARN_EVERY: Duration = Duration::from_secs(30);
 
 /// What one step came to.
 /// How often a stream looks again for events committed but not yet synced.
@@ -64,6 +78,35 @@ struct Worker {
     end_checked: u64,
     /// Whether the last step found nothing to do (the next batch lingers for company).
     was_idle: bool,
+    /// Resyncs and re-creations since the last acknowledged batch: from the second on, each
+    /// waits the backoff first.
+    troubles: u32,
+    warnings: QuietLog,
+}
+
+/// Warnings that a misbehaving server could repeat many times a second: each kind is logged
+/// at most once per [`WARN_EVERY`], with how many were held back.
+#[derive(Default)]
+struct QuietLog {
+    last: std::collections::HashMap<&'static str, (std::time::Instant, u64)>,
+}
+
+impl QuietLog {
+    fn warn(&mut self, session: &str, kind: &'static str, message: std::fmt::Arguments) {
+        let now = std::time::Instant::now();
+        match self.last.get_mut(kind) {
+            Some((at, held)) if now.duration_since(*at) < WARN_EVERY => *held += 1,
+            entry => {
+                let held = entry.map_or(0, |(_, h)| *h);
+                if held > 0 {
+                    tracing::warn!(%session, "relay: {message} ({held} more like it held back)");
+                } else {
+                    tracing::warn!(%session, "relay: {message}");
+                }
+                self.last.insert(kind, (now, 0));
+            }
+        }
+    }
 }
 
 pub(super) async fn run(shared: Arc<Shared>, session: Arc<str>, wake: Arc<Notify>) {
@@ -85,6 +128,8 @@ pub(super) async fn run(shared: Arc<Shared>, session: Arc<str>, wake: Arc<Notify
         fences: 0,
         end_checked: 0,
         was_idle: false,
+        troubles: 0,
+        warnings: QuietLog::default(),
     };
     if let Err(e) = w.load_ledger().await {
         return w.stop_failed(e.to_string(), control).await;
@@ -381,7 +426,8 @@ impl Worker {
     }
 
     /// The body of a batch: the events as stored, or what the relay filters make of them.
-    async fn body_of(&self, events: Vec<EventJson>) -> (Bytes, u64) {
+    async fn body_of(&self, mut events: Vec<EventJson>) -> (Bytes, u64) {
+        events.retain(|e| !e.is_type(KEPT_LOCAL));
         let set = self.shared.plugins.borrow().clone();
         if set.with(Hooks::RELAY).next().is_none() {
             let n = events.len() as u64;
@@ -395,11 +441,7 @@ impl Worker {
 
     async fn last_event_ends_session(&self, lsn: u64) -> bool {
         match self.read(lsn, lsn, 1, usize::MAX).await {
-            Ok(events) => events.first().is_some_and(|e| {
-                let mut buf = Vec::with_capacity(e.len());
-                e.write_to(&mut buf);
-                memchr::memmem::find(&buf, SESSION_ENDED).is_some()
-            }),
+            Ok(events) => events.first().is_some_and(|e| e.is_type(SESSION_ENDED)),
             Err(_) => false,
         }
     }
@@ -442,7 +484,7 @@ impl Worker {
                 .await
         };
         match outcome {
-            PostOutcome::Stored { next_offset } => {
+            PostOutcome::Stored { next_offset, .. } => {
                 self.acknowledged(f, next_offset, body.len() as u64, count);
                 if f.close
                     && let Err(e) = self.save().await
@@ -459,7 +501,20 @@ impl Worker {
                 Step::Failed("the remote stream is closed; it takes no more events".into())
             }
             PostOutcome::SequenceGap { expected, received } => {
-                tracing::warn!(session = %self.session, expected, received, "relay: the server expected another batch; resyncing");
+                let session = self.session.clone();
+                self.warnings.warn(
+                    &session,
+                    "gap",
+                    format_args!("the server expected batch {expected}, not {received}; resyncing"),
+                );
+                if let Some(step) = self
+                    .pause_if_repeated(format!(
+                        "the server keeps expecting another batch (expected {expected}, sent {received})"
+                    ))
+                    .await
+                {
+                    return step;
+                }
                 self.resync(0, false).await
             }
             PostOutcome::Fenced { server_epoch } => {
@@ -470,11 +525,29 @@ impl Worker {
                          is a second dstream relaying with the same relay.prefix?"
                     ));
                 }
-                tracing::warn!(session = %self.session, server_epoch, "relay: fenced by a newer epoch; resyncing");
+                let session = self.session.clone();
+                self.warnings.warn(
+                    &session,
+                    "fenced",
+                    format_args!("fenced by a newer epoch ({server_epoch}); resyncing"),
+                );
                 self.resync(server_epoch, false).await
             }
             PostOutcome::NotFound => {
-                tracing::warn!(session = %self.session, "relay: the remote stream is gone; creating it again");
+                let session = self.session.clone();
+                self.warnings.warn(
+                    &session,
+                    "gone",
+                    format_args!("the remote stream is gone; creating it again"),
+                );
+                if let Some(step) = self
+                    .pause_if_repeated(
+                        "the remote stream keeps vanishing after it is created".into(),
+                    )
+                    .await
+                {
+                    return step;
+                }
                 self.ledger.created = false;
                 Step::Continue
             }
@@ -484,6 +557,19 @@ impl Worker {
     }
 
     fn acknowledged(&mut self, f: Inflight, next_offset: Option<String>, bytes: u64, events: u64) {
+        if let (Some(new), Some(old)) = (&next_offset, &self.ledger.remote_offset)
+            && new <= old
+        {
+            // Offsets only grow; the server's word is still the one kept (an offset it
+            // handed out wrongly would otherwise stay for good), but it is worth a note.
+            let (new, old) = (new.clone(), old.clone());
+            let session = self.session.clone();
+            self.warnings.warn(
+                &session,
+                "offset order",
+                format_args!("the server's offset went from {old:?} back to {new:?}"),
+            );
+        }
         let l = &mut self.ledger;
         l.acked_lsn = l.acked_lsn.max(f.last_lsn);
         l.next_seq = f.seq + 1;
@@ -498,6 +584,7 @@ impl Worker {
         self.dirty = true;
         self.body = None;
         self.fences = 0;
+        self.troubles = 0;
         self.backoff = Duration::from_millis(self.settings.config.retry_min_ms);
         let t = &self.shared.totals;
         t.events_sent.fetch_add(events, Relaxed);
@@ -508,7 +595,8 @@ impl Worker {
 
     /// The server and the ledger disagree: read what the remote stream holds past the last
     /// known tail (from its beginning when `from_start`), count the relayed events found
-    /// there as delivered, and start a new epoch above `server_epoch`.
+    /// there as delivered, and start a new epoch above `server_epoch`. Pages are scanned as
+    /// they arrive, never kept; each must move the offset forward.
     async fn resync(&mut self, server_epoch: u64, from_start: bool) -> Step {
         self.set_state(State::CatchingUp);
         let Some(remote) = self.settings.remote.clone() else {
@@ -520,29 +608,65 @@ impl Worker {
             _ => "-1".to_string(),
         };
         let mut found: Option<u64> = None;
+        let mut pages = 0;
+        let mut restarted = false;
         loop {
-            match remote.read(&url, &offset, false).await {
+            pages += 1;
+            if pages > MAX_RESYNC_PAGES {
+                return self
+                    .back_off(
+                        format!("the remote tail did not end within {MAX_RESYNC_PAGES} pages"),
+                        None,
+                    )
+                    .await;
+            }
+            match remote.scan_tail(&url, &offset).await {
                 ReadOutcome::Page {
-                    messages,
+                    body: scan,
                     next_offset,
                     up_to_date,
                 } => {
-                    for m in &messages {
-                        if let Some(lsn) = m.get("lsn").and_then(|v| v.as_u64()) {
-                            found = Some(found.map_or(lsn, |f| f.max(lsn)));
-                        }
+                    if let Some(lsn) = scan.max_lsn {
+                        found = Some(found.map_or(lsn, |f| f.max(lsn)));
                     }
-                    let advanced = next_offset.as_ref().is_some_and(|n| *n != offset);
-                    if let Some(n) = next_offset {
+                    let advanced = match &next_offset {
+                        Some(n) => offset == "-1" || *n > offset,
+                        None => false,
+                    };
+                    if let Some(n) = next_offset.filter(|_| advanced) {
                         offset = n;
                     }
-                    if up_to_date || messages.is_empty() || !advanced {
+                    if up_to_date || scan.messages == 0 {
                         break;
                     }
+                    if !advanced {
+                        return self
+                            .back_off(
+                                "a page of the remote tail did not move its offset forward".into(),
+                                None,
+                            )
+                            .await;
+                    }
+                }
+                ReadOutcome::BadOffset { reason } if offset != "-1" && !restarted => {
+                    // An offset the server no longer takes (or never did, if it sent a bogus
+                    // one): read the whole stream instead (what the ledger counts as delivered
+                    // stays so).
+                    let session = self.session.clone();
+                    self.warnings.warn(
+                        &session,
+                        "offset",
+                        format_args!("{reason}; reading the remote stream from its start"),
+                    );
+                    restarted = true;
+                    offset = "-1".into();
                 }
                 ReadOutcome::NotFound => {
                     self.ledger.created = false;
                     return Step::Continue;
+                }
+                ReadOutcome::BadOffset { reason } | ReadOutcome::Oversize { reason, .. } => {
+                    return self.back_off(reason, None).await;
                 }
                 ReadOutcome::Retry { reason, after } => return self.back_off(reason, after).await,
                 ReadOutcome::Fatal { reason } => return Step::Failed(reason),
@@ -554,7 +678,7 @@ impl Worker {
         } else if let Some(f) = found {
             l.acked_lsn = l.acked_lsn.max(f);
         }
-        l.remote_offset = Some(offset);
+        l.remote_offset = (offset != "-1").then_some(offset);
         l.inflight = None;
         self.body = None;
         self.claim_epoch(server_epoch);
@@ -562,6 +686,20 @@ impl Worker {
         match self.save().await {
             Ok(()) => Step::Continue,
             Err(e) => self.back_off(e, None).await,
+        }
+    }
+
+    /// The second and later resync or re-creation without an acknowledged batch between
+    /// waits the backoff first, so a server that answers every batch with the same trouble
+    /// sees a few requests a minute, not thousands.
+    async fn pause_if_repeated(&mut self, reason: String) -> Option<Step> {
+        self.troubles += 1;
+        if self.troubles < 2 {
+            return None;
+        }
+        match self.back_off(reason, None).await {
+            Step::Continue => None,
+            other => Some(other),
         }
     }
 
@@ -581,14 +719,20 @@ impl Worker {
         let jitter = (ulid::Ulid::new().random() % 1000) as u32;
         let mut delay = base / 2 + base / 2 * jitter / 1000;
         if let Some(a) = after {
-            delay = delay.max(a);
+            // The server may ask for longer, never longer than retry_max_ms.
+            delay = delay.max(a.min(max));
         }
         self.backoff = (base * 2).min(max);
         let until_ms = crate::checkpoint::now_ms() + delay.as_millis() as u64;
         tracing::debug!(session = %self.session, %reason, delay_ms = delay.as_millis() as u64, "relay: backing off");
         self.set_state(State::BackingOff { until_ms, reason });
         self.shared.totals.retries.fetch_add(1, Relaxed);
-        tokio::time::sleep(delay).await;
+        // A configuration change or `dstream relay retry` ends the wait.
+        let mut settings = self.shared.settings.subscribe();
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = settings.changed() => {}
+        }
         Step::Continue
     }
 }

@@ -451,6 +451,9 @@ pub async fn dispatch(
             Err(e) => now(Err(e)),
         },
         "relay.status" => now(to_json(&state.relay.status().await)),
+        "relay.retry" => now(to_json(
+            &serde_json::json!({"enabled": state.relay.retry()}),
+        )),
         "plugins.list" => now(to_json(&plugins_list(state, &state.pipeline.plugins()))),
         "checkpoint.request" => now(checkpoints::request(state, raw).await),
         "checkpoint.resolve" => now(checkpoints::resolve(state, caller, raw).await),

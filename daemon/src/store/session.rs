@@ -38,6 +38,17 @@ impl EventJson {
     pub fn is_empty(&self) -> bool {
         false
     }
+    /// Whether the event's own `type` is `event_type`. Stored events begin
+    /// `{"lsn":N,"id":"<ulid>","type":"…"`, so the first `,"type":"` is the event's.
+    pub fn is_type(&self, event_type: &str) -> bool {
+        const KEY: &[u8] = b",\"type\":\"";
+        let Some(at) = memchr::memmem::find(&self.body, KEY) else {
+            return false;
+        };
+        let rest = &self.body[at + KEY.len()..];
+        rest.strip_prefix(event_type.as_bytes())
+            .is_some_and(|r| r.first() == Some(&b'"'))
+    }
 }
 
 #[derive(Debug, Clone, Default)]
