@@ -45,6 +45,7 @@ pub mod state;
 pub mod store;
 mod subscription;
 mod tool_request;
+pub mod util;
 pub mod vfs;
 pub mod watch;
 

@@ -74,7 +74,7 @@ impl Ingest {
     fn abandoned(&self) -> Option<&'static str> {
         if self
             .reply_by_ms
-            .is_some_and(|t| crate::checkpoint::now_ms() > t)
+            .is_some_and(|t| crate::util::time::now_ms() > t)
         {
             Some("the hook's deadline passed before the daemon got to this tool call")
         } else if self.gone.as_ref().is_some_and(|g| g()) {

@@ -20,6 +20,7 @@ pub mod policy;
 mod power_loss;
 pub mod stop;
 
+use crate::util::time::now_ms;
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -287,12 +288,6 @@ pub struct Checkpoints {
     grant_ttl_ms: Mutex<u64>,
     /// Sessions stopped remotely: their tool calls are denied until a new prompt.
     pub stops: stop::Stops,
-}
-
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The checkpoint id of `key` in `session`: the same key always names the same checkpoint.

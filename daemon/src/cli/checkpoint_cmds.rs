@@ -1,5 +1,6 @@
 //! The commands of the person deciding: `pending`, `approve`, `reject`.
 
+use dstream_daemon::util::backoff::Backoff;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -81,7 +82,7 @@ pub fn pending(args: PendingArgs) -> anyhow::Result<ExitCode> {
             println!("no pending checkpoints");
         } else {
             for c in list {
-                println!("{}", pending_line(c, super::checkpoint_cmds::now_ms()));
+                println!("{}", pending_line(c, dstream_daemon::util::time::now_ms()));
             }
         }
         // A real checkpoint must not hide behind a flood of others: say what was left out.
@@ -165,21 +166,16 @@ pub async fn resolve_retrying(
     params: &CheckpointResolveParams,
 ) -> Result<CheckpointInfo, Error> {
     let mut tries = 0;
+    let mut backoff = Backoff::new(Duration::from_millis(25), Duration::from_millis(200));
     loop {
         match client.checkpoint_resolve(params).await {
-            Err(e) if e.code() == Some(codes::CHECKPOINT_NOT_READY) && tries < 20 => {
+            Err(e) if e.code() == Some(codes::CHECKPOINT_NOT_READY) && tries < 12 => {
                 tries += 1;
-                tokio::time::sleep(Duration::from_millis(25)).await;
+                tokio::time::sleep(backoff.next_delay(None)).await;
             }
             other => return other,
         }
     }
-}
-
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// `ck_…  2m ago  4m left  session  Bash: rm -rf build`

@@ -15,6 +15,7 @@
 //! - It always exits 0. Claude Code treats exit code 2 as "block", which must only ever be a
 //!   decision, never an accident.
 
+use dstream_daemon::util::backoff::Backoff;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -40,7 +41,8 @@ const DEFAULT_TIMEOUT_MS: u64 = 30_000;
 /// applies the checkpoint's default itself (the daemon may be restarting).
 const CHECKPOINT_GRACE: Duration = Duration::from_secs(5);
 /// Pauses between attempts to reach a daemon that went away while a checkpoint was pending.
-const RECONNECT_PAUSES_MS: &[u64] = &[50, 100, 200, 400, 800, 1000];
+const RECONNECT_MIN: Duration = Duration::from_millis(50);
+const RECONNECT_MAX: Duration = Duration::from_secs(1);
 /// The most of stdin the hook reads. Anything longer is not parsed (see [`read_input`]).
 const MAX_INPUT_BYTES: usize = 64 << 20;
 /// The longest reply line the hook accepts from the daemon.
@@ -245,7 +247,7 @@ pub fn run(args: HookArgs) -> ExitCode {
     let socket = settings.socket.clone();
     let source = settings.source;
     let reply_by_ms =
-        super::checkpoint_cmds::now_ms().saturating_add(settings.timeout.as_millis() as u64);
+        dstream_daemon::util::time::now_ms().saturating_add(settings.timeout.as_millis() as u64);
     let spawned = std::thread::Builder::new()
         .name("dstream-hook".into())
         .spawn(move || work(source, socket, reply_by_ms, tx));
@@ -682,16 +684,17 @@ fn await_decision(
         timeout_ms: None,
     };
     let mut conn = Some(conn);
-    let mut attempt = 0;
+    let mut backoff = Backoff::new(RECONNECT_MIN, RECONNECT_MAX);
     loop {
         let c = match conn.as_mut() {
             Some(c) => c,
             None => match Conn::open(socket) {
-                Ok(c) => conn.insert(c),
+                Ok(c) => {
+                    backoff.reset();
+                    conn.insert(c)
+                }
                 Err(_) => {
-                    let pause = RECONNECT_PAUSES_MS[attempt.min(RECONNECT_PAUSES_MS.len() - 1)];
-                    attempt += 1;
-                    std::thread::sleep(Duration::from_millis(pause));
+                    std::thread::sleep(backoff.next_delay(None));
                     continue;
                 }
             },

@@ -27,9 +27,10 @@ use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, Paragraph, Row, Table, TableState, Wrap};
 
 use super::ClientOpts;
-use super::checkpoint_cmds::{now_ms, resolve_retrying};
+use super::checkpoint_cmds::resolve_retrying;
 use super::client_cmds::{connect, runtime};
 use super::output;
+use dstream_daemon::util::time::now_ms;
 
 /// How often the list is read again.
 const REFRESH: Duration = Duration::from_millis(500);

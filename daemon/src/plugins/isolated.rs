@@ -15,6 +15,7 @@
 //! fails, so the event is kept by the error policy (unmapped, or passed through), and the child
 //! is started again on a later call, backing off from 100 ms to 5 s while it keeps dying.
 
+use crate::util::backoff::Backoff;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
@@ -174,7 +175,7 @@ pub fn spawn(
                 limits,
                 name,
                 host: Some(host),
-                backoff: BACKOFF_MIN,
+                backoff: Backoff::new(BACKOFF_MIN, BACKOFF_MAX),
                 next_start: Instant::now(),
             };
             keeper.serve(&rx, &shared);
@@ -195,7 +196,7 @@ struct Keeper {
     limits: Limits,
     name: String,
     host: Option<Host>,
-    backoff: Duration,
+    backoff: Backoff,
     next_start: Instant,
 }
 
@@ -251,7 +252,7 @@ impl Keeper {
         let host = self.host.as_mut().expect("started above");
         match host.ask(&request, wait) {
             Ok(v) => {
-                self.backoff = BACKOFF_MIN;
+                self.backoff.reset();
                 if let Some(e) = v.get("error").and_then(Json::as_str) {
                     return Err(PluginError::Call(e.to_string()));
                 }
@@ -274,8 +275,7 @@ impl Keeper {
     }
 
     fn failed(&mut self) {
-        self.next_start = Instant::now() + self.backoff;
-        self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+        self.next_start = Instant::now() + self.backoff.next_delay(None);
     }
 }
 

@@ -121,7 +121,7 @@ extern "C" fn host_log(level: i32, msg: *const c_char, len: usize) {
 }
 
 extern "C" fn host_now_ms() -> u64 {
-    crate::checkpoint::now_ms()
+    crate::util::time::now_ms()
 }
 
 static HOST: HostApi = HostApi {

@@ -31,7 +31,9 @@ use super::Shared;
 use super::page;
 use super::remote::{CreateOutcome, ReadOutcome};
 use super::signing::ControlMessage;
-use crate::checkpoint::{CheckpointError, Resolution, now_ms};
+use crate::checkpoint::{CheckpointError, Resolution};
+use crate::util::backoff::Backoff;
+use crate::util::time::now_ms;
 
 /// Nonces remembered: enough for any burst of decisions within the accepted age.
 const MAX_NONCES: usize = 4096;
@@ -112,26 +114,14 @@ fn quote(text: &str) -> String {
     out
 }
 
-/// What the next read waits for.
-struct Pace {
-    backoff: Duration,
-}
-
-impl Pace {
-    fn reset(&mut self) {
-        self.backoff = FIRST_BACKOFF;
-    }
-
-    /// Waits the current backoff (or until the configuration changes, or `dstream relay
-    /// retry`), and doubles it up to `max`.
-    async fn wait(&mut self, shared: &Shared, max: Duration) {
-        let delay = self.backoff.min(max);
-        self.backoff = (self.backoff * 2).min(max);
-        let mut settings = shared.settings.subscribe();
-        tokio::select! {
-            _ = tokio::time::sleep(delay) => {}
-            _ = settings.changed() => {}
-        }
+/// Waits the next delay of `backoff` (or until the configuration changes, or `dstream relay
+/// retry`).
+async fn pause(shared: &Shared, backoff: &mut Backoff) {
+    let delay = backoff.next_delay(None);
+    let mut settings = shared.settings.subscribe();
+    tokio::select! {
+        _ = tokio::time::sleep(delay) => {}
+        _ = settings.changed() => {}
     }
 }
 
@@ -149,9 +139,8 @@ pub(super) async fn run(shared: Arc<Shared>, session: Arc<str>) {
     };
     let mut settings_rx = c.shared.settings.subscribe();
     let mut created_for = None;
-    let mut pace = Pace {
-        backoff: FIRST_BACKOFF,
-    };
+    let mut pace = Backoff::new(FIRST_BACKOFF, FIRST_BACKOFF);
+    let mut pace_max = Duration::ZERO;
     loop {
         let settings = settings_rx.borrow_and_update().clone();
         let (Some(remote), Some(key)) = (settings.remote.clone(), settings.approval_key.clone())
@@ -163,13 +152,17 @@ pub(super) async fn run(shared: Arc<Shared>, session: Arc<str>) {
         };
         let url = remote.stream_url(&c.session, ".control");
         let retry_max = Duration::from_millis(settings.config.retry_max_ms);
+        if pace_max != retry_max {
+            pace.set_bounds(FIRST_BACKOFF, retry_max);
+            pace_max = retry_max;
+        }
         if created_for != Some(settings.generation) {
             match remote.create(&url).await {
                 CreateOutcome::Created | CreateOutcome::Existed => {
                     created_for = Some(settings.generation);
                 }
                 CreateOutcome::Retry { .. } => {
-                    pace.wait(&c.shared, retry_max).await;
+                    pause(&c.shared, &mut pace).await;
                     continue;
                 }
                 CreateOutcome::Fatal { reason } => {
@@ -233,7 +226,8 @@ pub(super) async fn run(shared: Arc<Shared>, session: Arc<str>) {
             ReadOutcome::Retry { .. } => false,
             ReadOutcome::Fatal { reason } => {
                 tracing::warn!(session = %c.session, %reason, "cannot read the control stream");
-                pace.backoff = retry_max;
+                // Worth a look again only much later.
+                pace.saturate();
                 false
             }
         };
@@ -243,7 +237,7 @@ pub(super) async fn run(shared: Arc<Shared>, session: Arc<str>) {
         if calm {
             pace.reset();
         } else {
-            pace.wait(&c.shared, retry_max).await;
+            pause(&c.shared, &mut pace).await;
         }
     }
 }

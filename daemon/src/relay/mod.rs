@@ -293,7 +293,7 @@ impl Relay {
     pub async fn status(&self) -> RelayStatusResult {
         let settings = self.shared.settings.borrow().clone();
         let now = Instant::now();
-        let now_ms = crate::checkpoint::now_ms();
+        let now_ms = crate::util::time::now_ms();
         let mut streams = self.snapshot(now_ms);
         streams.sort_by_key(|s| std::cmp::Reverse(s.local_lsn.saturating_sub(s.acked_lsn)));
         if settings.remote.is_some() {
@@ -349,7 +349,7 @@ impl Relay {
 
     /// The totals for `stats`.
     pub fn totals(&self) -> RelayTotals {
-        self.totals_with(&self.snapshot(crate::checkpoint::now_ms()))
+        self.totals_with(&self.snapshot(crate::util::time::now_ms()))
     }
 
     /// The streams the relay holds in memory, as `relay status` shows them.

@@ -30,6 +30,7 @@ use super::remote::{CreateOutcome, PostOutcome, ReadOutcome};
 use super::{Settings, Shared, State};
 use crate::plugins::{Hooks, Input, PluginSet};
 use crate::store::EventJson;
+use crate::util::backoff::Backoff;
 
 /// A stream with nothing to send (and no checkpoint waiting in its session) ends its task, and
 /// stops following its control stream, after this long. Long enough that a person who stops
@@ -71,7 +72,7 @@ struct Worker {
     dirty: bool,
     /// The body of the in-flight batch, kept for resends.
     body: Option<(u64, Bytes, u64)>,
-    backoff: Duration,
+    backoff: Backoff,
     /// Fences since the last acknowledged batch: a second means another producer is live.
     fences: u32,
     /// The acked LSN whose event was checked for being the session's end.
@@ -118,7 +119,7 @@ pub(super) async fn run(shared: Arc<Shared>, session: Arc<str>, wake: Arc<Notify
     let mut settings_rx = shared.settings.subscribe();
     let settings = settings_rx.borrow_and_update().clone();
     let mut w = Worker {
-        backoff: Duration::from_millis(settings.config.retry_min_ms),
+        backoff: backoff_of(&settings),
         shared,
         session,
         settings,
@@ -139,7 +140,7 @@ pub(super) async fn run(shared: Arc<Shared>, session: Arc<str>, wake: Arc<Notify
         if settings.generation != w.settings.generation {
             let retarget = settings.target != w.settings.target;
             w.settings = settings;
-            w.backoff = Duration::from_millis(w.settings.config.retry_min_ms);
+            w.backoff = backoff_of(&w.settings);
             w.fences = 0;
             if retarget && let Err(e) = w.load_ledger().await {
                 return w.stop_failed(e.to_string(), control).await;
@@ -585,7 +586,7 @@ impl Worker {
         self.body = None;
         self.fences = 0;
         self.troubles = 0;
-        self.backoff = Duration::from_millis(self.settings.config.retry_min_ms);
+        self.backoff.reset();
         let t = &self.shared.totals;
         t.events_sent.fetch_add(events, Relaxed);
         t.bytes_sent.fetch_add(bytes, Relaxed);
@@ -705,7 +706,7 @@ impl Worker {
 
     /// A new epoch above every one this producer id used (see the module docs), seq 0.
     fn claim_epoch(&mut self, server_epoch: u64) {
-        let now = crate::checkpoint::now_ms();
+        let now = crate::util::time::now_ms();
         self.ledger.epoch = (self.ledger.epoch + 1).max(now).max(server_epoch + 1);
         self.ledger.next_seq = 0;
     }
@@ -713,17 +714,8 @@ impl Worker {
     /// Waits before the next try: doubling from `retry_min_ms` to `retry_max_ms`, with jitter,
     /// or longer when the server's `Retry-After` asks for it.
     async fn back_off(&mut self, reason: String, after: Option<Duration>) -> Step {
-        let max = Duration::from_millis(self.settings.config.retry_max_ms);
-        let base = self.backoff.min(max);
-        // Full jitter over the upper half: spreads retries without ever waiting near zero.
-        let jitter = (ulid::Ulid::new().random() % 1000) as u32;
-        let mut delay = base / 2 + base / 2 * jitter / 1000;
-        if let Some(a) = after {
-            // The server may ask for longer, never longer than retry_max_ms.
-            delay = delay.max(a.min(max));
-        }
-        self.backoff = (base * 2).min(max);
-        let until_ms = crate::checkpoint::now_ms() + delay.as_millis() as u64;
+        let delay = self.backoff.next_delay(after);
+        let until_ms = crate::util::time::now_ms() + delay.as_millis() as u64;
         tracing::debug!(session = %self.session, %reason, delay_ms = delay.as_millis() as u64, "relay: backing off");
         self.set_state(State::BackingOff { until_ms, reason });
         self.shared.totals.retries.fetch_add(1, Relaxed);
@@ -735,6 +727,14 @@ impl Worker {
         }
         Step::Continue
     }
+}
+
+/// The relay's backoff under `settings`: `retry_min_ms` doubling to `retry_max_ms`.
+fn backoff_of(settings: &Settings) -> Backoff {
+    Backoff::new(
+        Duration::from_millis(settings.config.retry_min_ms),
+        Duration::from_millis(settings.config.retry_max_ms),
+    )
 }
 
 /// `[e1,e2,…]` from stored events, without parsing them.

@@ -18,7 +18,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
+
+use crate::util::time::now_ms;
 
 use bytes::Bytes;
 use dstream_sdk::Event;
@@ -88,12 +90,6 @@ pub(crate) enum CommitMsg {
     Shutdown {
         done: tokio::sync::oneshot::Sender<()>,
     },
-}
-
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// What the commit thread knows of one session's log, kept in the session.

@@ -10,9 +10,7 @@ use super::gaps::Gaps;
 use super::index::SparseIndex;
 use super::recovery::{self, Damage};
 use super::wal::{Opened, Wal, WalEntry, WalRecord};
-use super::{
-    Quarantine, RecoveryNote, SessionMeta, SessionState, StoreError, StoreSettings, commit,
-};
+use super::{Quarantine, RecoveryNote, SessionMeta, SessionState, StoreError, StoreSettings};
 use crate::vfs::{Open, Vfs, VfsFileRef, VfsLock};
 
 /// A session as recovery left it.
@@ -250,7 +248,7 @@ fn keep_legacy_records(
 const SYMLINKED_LOG: &str = "a session log is a symbolic link";
 
 pub(crate) fn stamp() -> u64 {
-    commit::now_ms()
+    crate::util::time::now_ms()
 }
 
 pub(crate) fn recover_session(

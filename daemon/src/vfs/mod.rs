@@ -71,6 +71,12 @@ pub trait Vfs: Send + Sync + fmt::Debug {
         true
     }
 
+    /// A number for a temporary file's name, never the same twice from this file system.
+    fn temp_seq(&self) -> u64 {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Takes the exclusive lock of `dir` (one daemon per data directory); `Err(None)` when
     /// another process holds it, with its pid when it wrote one.
     fn lock(&self, dir: &Path) -> Result<VfsLock, LockError>;
@@ -86,17 +92,26 @@ pub trait Vfs: Send + Sync + fmt::Debug {
     /// Writes `path` atomically and durably: a temporary file beside it, synced, renamed over
     /// it, and the directory synced. A crash leaves the old bytes or the new, never a mix.
     fn write_atomic(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
-        // `.<name>.tmp`: a leading dot is never a session id, so the temporary file of one
-        // session's marker cannot be another session's (`x` and `x.tmp`).
+        // `.<name>.<n>.tmp`: a leading dot is never a session id, so the temporary file of one
+        // session's marker cannot be another session's (`x` and `x.tmp`), and the number
+        // (unique in this process, which holds the data-dir lock) keeps two writers of one
+        // path apart.
+        let n = self.temp_seq();
         let mut name = std::ffi::OsString::from(".");
         name.push(path.file_name().unwrap_or_default());
-        name.push(".tmp");
+        name.push(format!(".{n}.tmp"));
         let tmp = parent(path).join(name);
-        let file = self.open(&tmp, Open::Truncate)?;
-        file.write_at(bytes, 0)?;
-        file.sync()?;
-        drop(file);
-        self.rename(&tmp, path)?;
+        let written = (|| {
+            let file = self.open(&tmp, Open::Truncate)?;
+            file.write_at(bytes, 0)?;
+            file.sync()?;
+            drop(file);
+            self.rename(&tmp, path)
+        })();
+        if written.is_err() {
+            let _ = self.remove(&tmp);
+        }
+        written?;
         self.sync_dir(parent(path))
     }
 

@@ -95,6 +95,8 @@ struct Disk {
     crash_at: Option<u64>,
     crashed: bool,
     locked: Vec<PathBuf>,
+    /// Temporary names handed out (see `Vfs::temp_seq`).
+    temp_seq: u64,
 }
 
 /// What a crash cost, for the test's report.
@@ -324,6 +326,7 @@ impl SimVfs {
         let disk = Disk {
             nodes,
             next_ino: old.next_ino,
+            temp_seq: old.temp_seq,
             ..Disk::default()
         };
         (
@@ -495,6 +498,13 @@ impl VfsFile for SimFile {
 impl Vfs for SimVfs {
     fn concurrent(&self) -> bool {
         false
+    }
+
+    /// Per simulated disk, so a seed replays with the same names in any process.
+    fn temp_seq(&self) -> u64 {
+        let mut disk = self.disk.lock().unwrap();
+        disk.temp_seq += 1;
+        disk.temp_seq
     }
 
     fn open(&self, path: &Path, how: Open) -> io::Result<VfsFileRef> {
