@@ -502,6 +502,88 @@ fn a_symlinked_settings_file_stays_a_link() {
     assert_eq!(read_json(&real), json!({"model": "opus"}));
 }
 
+/// A project whose `.claude/` exists; returns it, its path as a string, and the settings path.
+fn project() -> (tempfile::TempDir, String, PathBuf) {
+    let project = temp_dir();
+    let settings = project.path().join(".claude").join("settings.json");
+    fs::create_dir_all(settings.parent().unwrap()).unwrap();
+    let dir = project.path().to_str().unwrap().to_string();
+    (project, dir, settings)
+}
+
+#[test]
+fn numbers_repeated_keys_and_escapes_are_kept_as_written() {
+    let home = temp_dir();
+    let (_project, dir, settings) = project();
+    // Laid out as install writes, so that uninstall gives back the very same bytes.
+    let original = r#"{
+  "big": 12345678901234567890123,
+  "hundred": 1e2,
+  "price": 1.50,
+  "tiny": -0.0,
+  "huge": 1e400,
+  "theme": "dark",
+  "theme": "light",
+  "note": "caf\u00e9 \/ \ud83d\ude00",
+  "hooks": {
+    "Stop": [
+      {
+        "hooks": [
+          {
+            "type": "command",
+            "command": "notify-send done",
+            "timeout": 5.0
+          }
+        ]
+      }
+    ]
+  },
+  "theme": "solarized"
+}
+"#;
+    fs::write(&settings, original).unwrap();
+    ok(&dstream(
+        home.path(),
+        &["install", "claude-code", "--project", &dir],
+    ));
+    let installed = fs::read_to_string(&settings).unwrap();
+    for line in original
+        .lines()
+        .filter(|l| !l.contains('{') && !l.contains('}'))
+    {
+        if !line.contains('[') && !line.contains(']') {
+            assert!(installed.contains(line), "{line:?} lost: {installed}");
+        }
+    }
+    assert_eq!(installed.matches("\"theme\"").count(), 3, "{installed}");
+    assert!(
+        installed.ends_with("  \"theme\": \"solarized\"\n}\n"),
+        "{installed}"
+    );
+    ok(&dstream(
+        home.path(),
+        &["uninstall", "claude-code", "--project", &dir],
+    ));
+    assert_eq!(fs::read_to_string(&settings).unwrap(), original);
+}
+
+#[test]
+fn a_repeated_hooks_key_is_refused() {
+    let home = temp_dir();
+    let (_project, dir, settings) = project();
+    let twice = r#"{"hooks": {"Stop": []}, "model": "opus", "hooks": {}}"#;
+    fs::write(&settings, twice).unwrap();
+    for verb in ["install", "uninstall"] {
+        let err = failed(&dstream(
+            home.path(),
+            &[verb, "claude-code", "--project", &dir],
+        ));
+        assert!(err.contains("`hooks` is written 2 times"), "{verb}: {err}");
+        assert!(err.contains(settings.to_str().unwrap()), "{verb}: {err}");
+        assert_eq!(fs::read_to_string(&settings).unwrap(), twice);
+    }
+}
+
 fn plugin_source() -> Vec<u8> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     fs::read(root.join("../scripts/opencode/dstream.js")).unwrap()

@@ -18,7 +18,9 @@ use std::process::ExitCode;
 use anyhow::{Context as _, anyhow, bail};
 use clap::{Args, ValueEnum};
 
-use json::Json;
+use json::{Json, Str};
+
+mod json;
 
 /// The OpenCode plugin, as `dstream install opencode` writes it.
 const OPENCODE_PLUGIN: &str = include_str!("../../../scripts/opencode/dstream.js");
@@ -261,7 +263,7 @@ fn read_settings(path: &Path) -> anyhow::Result<Option<Json>> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
     };
-    let doc: Json = serde_json::from_str(&text).map_err(|e| {
+    let doc = json::parse(&text).map_err(|e| {
         anyhow!(
             "{} is not valid JSON ({e}); fix it first, it was left untouched",
             path.display()
@@ -277,9 +279,9 @@ fn read_settings(path: &Path) -> anyhow::Result<Option<Json>> {
 }
 
 fn write_settings(path: &Path, doc: &Json) -> anyhow::Result<()> {
-    let mut text = serde_json::to_vec_pretty(doc)?;
-    text.push(b'\n');
-    write_atomically(path, &text)
+    let mut text = json::to_pretty(doc);
+    text.push('\n');
+    write_atomically(path, text.as_bytes())
 }
 
 /// What `install` did to one event's hooks.
@@ -289,9 +291,26 @@ struct Changes {
     updated: Vec<&'static str>,
 }
 
+/// Fails when `key` is written more than once in `object`: Claude Code reads only the last,
+/// and an edit to either would not do what it says.
+fn written_once(object: &Json, key: &str, shown: &str) -> anyhow::Result<()> {
+    match object.count(key) {
+        0 | 1 => Ok(()),
+        n => bail!(
+            "`{shown}` is written {n} times in the settings file, and Claude Code reads only \
+             the last one; merge them into one, then run this again"
+        ),
+    }
+}
+
+fn object(entries: Vec<(&str, Json)>) -> Json {
+    Json::Object(entries.into_iter().map(|(k, v)| (Str::new(k), v)).collect())
+}
+
 /// Adds the hook to `doc` for each event (or points an existing dstream hook at `exe`).
 /// Fails, changing nothing on disk, when the file's `hooks` do not have the documented shape.
 fn add_hooks(doc: &mut Json, events: &[&'static str], exe: &str) -> anyhow::Result<Changes> {
+    written_once(doc, "hooks", "hooks")?;
     let hooks = doc
         .entry("hooks", || Json::Object(Vec::new()))
         .ok_or_else(|| anyhow!("the settings file is not a JSON object"))?;
@@ -300,6 +319,7 @@ fn add_hooks(doc: &mut Json, events: &[&'static str], exe: &str) -> anyhow::Resu
     }
     let mut changes = Changes::default();
     for event in events {
+        written_once(hooks, event, &format!("hooks.{event}"))?;
         let list = hooks
             .entry(event, || Json::Array(Vec::new()))
             .expect("hooks is an object");
@@ -314,7 +334,7 @@ fn add_hooks(doc: &mut Json, events: &[&'static str], exe: &str) -> anyhow::Resu
             found = true;
             if command.exe != exe {
                 let rewritten = command.with_exe(exe);
-                handler.set("command", Json::String(rewritten));
+                handler.set("command", Json::string(&rewritten));
                 if handler.get("timeout").is_none() {
                     handler.set("timeout", Json::from(CLAUDE_HOOK_TIMEOUT_SECS));
                 }
@@ -322,12 +342,12 @@ fn add_hooks(doc: &mut Json, events: &[&'static str], exe: &str) -> anyhow::Resu
             }
         }
         if !found {
-            groups.push(Json::Object(vec![(
-                "hooks".into(),
-                Json::Array(vec![Json::Object(vec![
-                    ("type".into(), Json::String("command".into())),
-                    ("command".into(), Json::String(hook_command(exe))),
-                    ("timeout".into(), Json::from(CLAUDE_HOOK_TIMEOUT_SECS)),
+            groups.push(object(vec![(
+                "hooks",
+                Json::Array(vec![object(vec![
+                    ("type", Json::string("command")),
+                    ("command", Json::string(&hook_command(exe))),
+                    ("timeout", Json::from(CLAUDE_HOOK_TIMEOUT_SECS)),
                 ])]),
             )]));
             changes.added.push(event);
@@ -346,33 +366,34 @@ fn handlers_mut(group: &mut Json) -> std::slice::IterMut<'_, Json> {
 
 /// A handler's command, when it runs `dstream hook claude-code`.
 fn ours(handler: &Json) -> Option<shell::HookCommand> {
-    if !matches!(handler.get("type"), None | Some(Json::String(_))) {
-        return None;
-    }
-    if let Some(Json::String(t)) = handler.get("type")
-        && t != "command"
+    if let Some(t) = handler.get("type")
+        && t.as_str().is_none_or(|t| t != "command")
     {
         return None;
     }
-    match handler.get("command") {
-        Some(Json::String(c)) => shell::HookCommand::parse(c, "claude-code"),
-        _ => None,
-    }
+    shell::HookCommand::parse(&handler.get("command")?.as_str()?, "claude-code")
 }
 
 /// Removes every dstream hook handler from `doc`, then the groups, event lists and `hooks`
 /// object that this left empty. Returns the events it removed handlers from.
 fn remove_hooks(doc: &mut Json) -> anyhow::Result<Vec<String>> {
     let mut touched = Vec::new();
+    written_once(doc, "hooks", "hooks")?;
     let Some(hooks) = doc.get_mut("hooks") else {
         return Ok(touched);
     };
     let Json::Object(events) = hooks else {
         bail!("`hooks` in the settings file is not an object");
     };
+    // Per entry (an event written twice is two entries): whether removing left it empty.
+    let mut emptied = Vec::with_capacity(events.len());
+    let mut seen = std::collections::HashSet::new();
     for (event, list) in events.iter_mut() {
         let Json::Array(groups) = list else {
-            bail!("`hooks.{event}` in the settings file is not a list");
+            bail!(
+                "`hooks.{}` in the settings file is not a list",
+                event.value()
+            );
         };
         let mut removed_here = false;
         groups.retain_mut(|group| {
@@ -386,15 +407,15 @@ fn remove_hooks(doc: &mut Json) -> anyhow::Result<Vec<String>> {
             }
             removed_here = true;
             // Keep the group if it still has hooks, or anything else besides a matcher.
-            !handlers.is_empty() || group.keys().any(|k| !matches!(k, "hooks" | "matcher"))
+            !handlers.is_empty() || group.keys().any(|k| !matches!(&*k, "hooks" | "matcher"))
         });
-        if removed_here {
-            touched.push(event.clone());
+        emptied.push(removed_here && groups.is_empty());
+        if removed_here && seen.insert(event.value().into_owned()) {
+            touched.push(event.value().into_owned());
         }
     }
-    events.retain(|(event, list)| {
-        !(touched.contains(event) && matches!(list, Json::Array(groups) if groups.is_empty()))
-    });
+    let mut emptied = emptied.into_iter();
+    events.retain(|_| !emptied.next().unwrap_or(false));
     if !touched.is_empty() && events.is_empty() {
         doc.remove("hooks");
     }
@@ -668,170 +689,6 @@ mod shell {
     }
 }
 
-// ---- JSON that keeps its key order ----
-
-mod json {
-    //! A JSON value whose objects keep their keys in file order, so that editing a settings
-    //! file leaves the parts it does not change as the person wrote them. (serde_json's own
-    //! `Value` sorts keys unless its `preserve_order` feature is on, and that feature would
-    //! change key order for the whole workspace, the stored events included.)
-
-    use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
-    use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
-
-    #[derive(Clone, Debug, PartialEq)]
-    pub enum Json {
-        Null,
-        Bool(bool),
-        Number(serde_json::Number),
-        String(String),
-        Array(Vec<Json>),
-        Object(Vec<(String, Json)>),
-    }
-
-    impl From<u64> for Json {
-        fn from(n: u64) -> Json {
-            Json::Number(n.into())
-        }
-    }
-
-    impl Json {
-        pub fn get(&self, key: &str) -> Option<&Json> {
-            match self {
-                Json::Object(entries) => entries.iter().find(|(k, _)| k == key).map(|(_, v)| v),
-                _ => None,
-            }
-        }
-
-        pub fn get_mut(&mut self, key: &str) -> Option<&mut Json> {
-            match self {
-                Json::Object(entries) => entries.iter_mut().find(|(k, _)| k == key).map(|(_, v)| v),
-                _ => None,
-            }
-        }
-
-        /// The value at `key`, added at the end (made by `new`) when missing; `None` when
-        /// `self` is not an object.
-        pub fn entry(&mut self, key: &str, new: impl FnOnce() -> Json) -> Option<&mut Json> {
-            let Json::Object(entries) = self else {
-                return None;
-            };
-            let at = match entries.iter().position(|(k, _)| k == key) {
-                Some(at) => at,
-                None => {
-                    entries.push((key.to_string(), new()));
-                    entries.len() - 1
-                }
-            };
-            Some(&mut entries[at].1)
-        }
-
-        /// Sets `key` (in place when present, else at the end). No-op on a non-object.
-        pub fn set(&mut self, key: &str, value: Json) {
-            if let Some(slot) = self.entry(key, || Json::Null) {
-                *slot = value;
-            }
-        }
-
-        pub fn remove(&mut self, key: &str) {
-            if let Json::Object(entries) = self {
-                entries.retain(|(k, _)| k != key);
-            }
-        }
-
-        pub fn keys(&self) -> impl Iterator<Item = &str> {
-            let entries: &[(String, Json)] = match self {
-                Json::Object(entries) => entries,
-                _ => &[],
-            };
-            entries.iter().map(|(k, _)| k.as_str())
-        }
-    }
-
-    impl Serialize for Json {
-        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            match self {
-                Json::Null => s.serialize_unit(),
-                Json::Bool(b) => s.serialize_bool(*b),
-                Json::Number(n) => n.serialize(s),
-                Json::String(v) => s.serialize_str(v),
-                Json::Array(items) => {
-                    let mut seq = s.serialize_seq(Some(items.len()))?;
-                    for item in items {
-                        seq.serialize_element(item)?;
-                    }
-                    seq.end()
-                }
-                Json::Object(entries) => {
-                    let mut map = s.serialize_map(Some(entries.len()))?;
-                    for (k, v) in entries {
-                        map.serialize_entry(k, v)?;
-                    }
-                    map.end()
-                }
-            }
-        }
-    }
-
-    impl<'de> Deserialize<'de> for Json {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Json, D::Error> {
-            d.deserialize_any(JsonVisitor)
-        }
-    }
-
-    struct JsonVisitor;
-
-    impl<'de> Visitor<'de> for JsonVisitor {
-        type Value = Json;
-
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a JSON value")
-        }
-        fn visit_unit<E>(self) -> Result<Json, E> {
-            Ok(Json::Null)
-        }
-        fn visit_bool<E>(self, b: bool) -> Result<Json, E> {
-            Ok(Json::Bool(b))
-        }
-        fn visit_i64<E>(self, n: i64) -> Result<Json, E> {
-            Ok(Json::Number(n.into()))
-        }
-        fn visit_u64<E>(self, n: u64) -> Result<Json, E> {
-            Ok(Json::Number(n.into()))
-        }
-        fn visit_f64<E: de::Error>(self, n: f64) -> Result<Json, E> {
-            serde_json::Number::from_f64(n)
-                .map(Json::Number)
-                .ok_or_else(|| E::custom("a number JSON cannot hold"))
-        }
-        fn visit_str<E>(self, s: &str) -> Result<Json, E> {
-            Ok(Json::String(s.to_string()))
-        }
-        fn visit_string<E>(self, s: String) -> Result<Json, E> {
-            Ok(Json::String(s))
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Json, A::Error> {
-            let mut items = Vec::new();
-            while let Some(item) = seq.next_element()? {
-                items.push(item);
-            }
-            Ok(Json::Array(items))
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Json, A::Error> {
-            let mut entries: Vec<(String, Json)> = Vec::new();
-            while let Some((k, v)) = map.next_entry::<String, Json>()? {
-                // A repeated key counts once, with its last value, as most JSON readers
-                // (Claude Code's included) take it.
-                match entries.iter_mut().find(|(key, _)| *key == k) {
-                    Some(slot) => slot.1 = v,
-                    None => entries.push((k, v)),
-                }
-            }
-            Ok(Json::Object(entries))
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -839,11 +696,11 @@ mod tests {
     const EXE: &str = "/opt/my tools/dstream";
 
     fn doc(text: &str) -> Json {
-        serde_json::from_str(text).unwrap()
+        json::parse(text).unwrap()
     }
 
     fn text(doc: &Json) -> String {
-        serde_json::to_string(doc).unwrap()
+        json::to_compact(doc)
     }
 
     #[test]
@@ -931,7 +788,7 @@ mod tests {
         let Some(Json::Object(hooks)) = expected.get_mut("hooks") else {
             panic!()
         };
-        hooks.retain(|(k, _)| k != "Stop");
+        hooks.retain(|(k, _)| !k.is("Stop"));
         assert_eq!(text(&d), text(&expected));
     }
 
@@ -986,10 +843,67 @@ mod tests {
     }
 
     #[test]
-    fn ordered_json_keeps_numbers_and_order() {
-        let t = r#"{"b":1,"a":[1.5,-2,18446744073709551615,"x",null,true],"c":{}}"#;
-        assert_eq!(text(&doc(t)), t);
-        assert_eq!(text(&doc(r#"{"k":1,"k":2}"#)), r#"{"k":2}"#);
+    fn edits_keep_numbers_and_repeated_keys_as_written() {
+        let original = r#"{"big":12345678901234567890123,"e":1e2,"f":1.50,"k":1,"k":2,"hooks":{"Stop":[{"hooks":[{"type":"command","command":"x","timeout":5.0}]}]},"s":"\u00e9"}"#;
+        let mut d = doc(original);
+        add_hooks(&mut d, &["Stop", "PreToolUse"], EXE).unwrap();
+        let installed = text(&d);
+        assert!(
+            installed.starts_with(r#"{"big":12345678901234567890123,"e":1e2,"f":1.50,"k":1,"k":2,"hooks":{"Stop":[{"hooks":[{"type":"command","command":"x","timeout":5.0}]},{"hooks""#),
+            "{installed}"
+        );
+        assert!(installed.ends_with(r#""s":"\u00e9"}"#), "{installed}");
+        remove_hooks(&mut d).unwrap();
+        assert_eq!(text(&d), original);
+    }
+
+    #[test]
+    fn repeated_hooks_or_events_are_refused() {
+        let twice = r#"{"hooks": {}, "hooks": {"Stop": []}}"#;
+        let err = add_hooks(&mut doc(twice), &["Stop"], EXE).err().unwrap();
+        assert!(
+            err.to_string().contains("`hooks` is written 2 times"),
+            "{err}"
+        );
+        assert!(remove_hooks(&mut doc(twice)).is_err());
+        let err = add_hooks(
+            &mut doc(r#"{"hooks": {"Stop": [], "Stop": []}}"#),
+            &["Stop"],
+            EXE,
+        )
+        .err()
+        .unwrap();
+        assert!(
+            err.to_string().contains("`hooks.Stop` is written 2 times"),
+            "{err}"
+        );
+        // Uninstall takes dstream's handlers out of every copy of an event.
+        let mut d = doc(
+            r#"{"hooks": {"Stop": [{"hooks": [{"command": "dstream hook claude-code"}]}],
+            "Stop": [{"hooks": [{"command": "dstream hook claude-code"}, {"command": "mine"}]}]}}"#,
+        );
+        assert_eq!(remove_hooks(&mut d).unwrap(), ["Stop"]);
+        assert_eq!(
+            text(&d),
+            r#"{"hooks":{"Stop":[{"hooks":[{"command":"mine"}]}]}}"#
+        );
+    }
+
+    #[test]
+    fn a_settings_file_with_two_hundred_thousand_keys_is_edited() {
+        // Reading it used to look each key up among all before it: 46 s in a release build.
+        let mut original = String::from("{");
+        for i in 0..200_000 {
+            original.push_str(&format!("\"setting{i}\":{i},"));
+        }
+        original.push_str(r#""hooks":{}}"#);
+        let mut d = doc(&original);
+        let changes = add_hooks(&mut d, CLAUDE_EVENTS, EXE).unwrap();
+        assert_eq!(changes.added.len(), CLAUDE_EVENTS.len());
+        let installed = json::to_pretty(&d);
+        let mut d = doc(&installed);
+        assert_eq!(remove_hooks(&mut d).unwrap().len(), CLAUDE_EVENTS.len());
+        assert_eq!(text(&d), original.replace(r#","hooks":{}"#, ""));
     }
 
     #[test]
