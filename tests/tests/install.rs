@@ -89,9 +89,24 @@ fn dstream_in(bin: &Path, home: &Path, args: &[&str], env: &[(&str, &str)]) -> O
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let mut child = cmd.spawn().unwrap();
-    let status = wait_child(&mut child, std::time::Duration::from_secs(20))
-        .unwrap_or_else(|| panic!("dstream {args:?} hung"));
+    // A copied binary can be briefly "busy": a child forked meanwhile by another test thread
+    // holds the copy's write descriptor until it execs.
+    let mut tries = 0;
+    let mut child = loop {
+        match cmd.spawn() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            spawned => break spawned.unwrap(),
+        }
+    };
+    // A command that never exits is killed, so that it does not outlive the test.
+    let Some(status) = wait_child(&mut child, std::time::Duration::from_secs(20)) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("dstream {args:?} hung");
+    };
     let mut out = child.wait_with_output().unwrap();
     out.status = status;
     out
