@@ -8,18 +8,21 @@
 //!   OpenCode's plugin folder.
 //!
 //! Both write atomically (a temporary file renamed over the old one), change nothing when
-//! there is nothing to change, and say what they did.
+//! there is nothing to change, and say what they did. They edit only a regular file, or one
+//! that a symbolic link leads to (the link stays); a FIFO, a device, a dangling link, a file
+//! over 16 MiB or a read-only file is refused, untouched (see `files`).
 
 use std::fs;
-use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, anyhow, bail};
 use clap::{Args, ValueEnum};
 
+use files::Found;
 use json::{Json, Str};
 
+mod files;
 mod json;
 
 /// The OpenCode plugin, as `dstream install opencode` writes it.
@@ -255,33 +258,46 @@ fn hook_command(exe: &str) -> String {
     format!("{} hook claude-code", shell::quote(exe))
 }
 
-/// Reads a settings file: `None` when it does not exist. A file that is not JSON, or whose
-/// top level is not an object, is an error (and is left untouched).
-fn read_settings(path: &Path) -> anyhow::Result<Option<Json>> {
-    let text = match fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
-    };
-    let doc = json::parse(&text).map_err(|e| {
-        anyhow!(
-            "{} is not valid JSON ({e}); fix it first, it was left untouched",
-            path.display()
-        )
+/// The document in a settings file. A file that is not a JSON object is an error (and is left
+/// untouched).
+fn parse_settings(file: &files::File) -> anyhow::Result<Json> {
+    let shown = file.shown();
+    let text = std::str::from_utf8(&file.content).map_err(|e| {
+        anyhow!("{shown} is not UTF-8 text ({e}); fix it first, it was left untouched")
+    })?;
+    let doc = json::parse(text).map_err(|e| {
+        anyhow!("{shown} is not valid JSON ({e}); fix it first, it was left untouched")
     })?;
     if !matches!(doc, Json::Object(_)) {
-        bail!(
-            "{} does not hold a JSON object; it was left untouched",
-            path.display()
-        );
+        bail!("{shown} does not hold a JSON object; it was left untouched");
     }
-    Ok(Some(doc))
+    Ok(doc)
 }
 
-fn write_settings(path: &Path, doc: &Json) -> anyhow::Result<()> {
+fn dangling_link(path: &Path, target: &Path) -> anyhow::Error {
+    anyhow!(
+        "{} is a symbolic link to {}, which does not exist; dstream does not create files \
+         through a dangling link, so it was left untouched. Create the file it points to (it \
+         may be in a dotfiles folder or on a drive that is not there now), or remove the \
+         link, then run this again",
+        path.display(),
+        target.display()
+    )
+}
+
+/// Writes `doc` over `file`, or to a new file at `path` when there was none.
+fn write_settings(path: &Path, file: Option<&files::File>, doc: &Json) -> anyhow::Result<()> {
     let mut text = json::to_pretty(doc);
     text.push('\n');
-    write_atomically(path, text.as_bytes())
+    match file {
+        Some(file) => file.replace(text.as_bytes()),
+        None => {
+            if let Some(dir) = path.parent() {
+                fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            }
+            files::create(path, text.as_bytes())
+        }
+    }
 }
 
 /// What `install` did to one event's hooks.
@@ -424,10 +440,18 @@ fn remove_hooks(doc: &mut Json) -> anyhow::Result<Vec<String>> {
 
 fn install_claude(path: &Path, events: &[&'static str]) -> anyhow::Result<()> {
     let exe = dstream_exe()?;
-    let existed = read_settings(path)?;
-    let is_new = existed.is_none();
-    let mut doc = existed.unwrap_or(Json::Object(Vec::new()));
-    let shown = path.display();
+    let (file, mut doc) = match files::read(path, files::MAX_BYTES)? {
+        Found::Missing => (None, Json::Object(Vec::new())),
+        Found::DanglingLink(target) => return Err(dangling_link(path, &target)),
+        Found::File(file) => {
+            let doc = parse_settings(&file)?;
+            (Some(file), doc)
+        }
+    };
+    let is_new = file.is_none();
+    let shown = file
+        .as_ref()
+        .map_or_else(|| path.display().to_string(), |f| f.shown());
     let changes =
         add_hooks(&mut doc, events, &exe).with_context(|| format!("{shown} was left untouched"))?;
     if changes.added.is_empty() && changes.updated.is_empty() {
@@ -437,10 +461,7 @@ fn install_claude(path: &Path, events: &[&'static str]) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    write_settings(path, &doc)?;
+    write_settings(path, file.as_ref(), &doc)?;
     println!(
         "{} {shown}: hooks run `{}` (timeout {CLAUDE_HOOK_TIMEOUT_SECS} s)",
         if is_new { "created" } else { "updated" },
@@ -466,11 +487,24 @@ fn install_claude(path: &Path, events: &[&'static str]) -> anyhow::Result<()> {
 }
 
 fn uninstall_claude(path: &Path) -> anyhow::Result<()> {
-    let shown = path.display();
-    let Some(mut doc) = read_settings(path)? else {
-        println!("{shown} does not exist; nothing to remove");
-        return Ok(());
+    let file = match files::read(path, files::MAX_BYTES)? {
+        Found::Missing => {
+            println!("{} does not exist; nothing to remove", path.display());
+            return Ok(());
+        }
+        // Nothing of dstream's can be behind a link to nothing.
+        Found::DanglingLink(target) => {
+            println!(
+                "{} is a link to {}, which does not exist; nothing to remove",
+                path.display(),
+                target.display()
+            );
+            return Ok(());
+        }
+        Found::File(file) => file,
     };
+    let mut doc = parse_settings(&file)?;
+    let shown = file.shown();
     let removed = remove_hooks(&mut doc).with_context(|| format!("{shown} was left untouched"))?;
     if removed.is_empty() {
         println!("no dstream hooks in {shown}; nothing changed");
@@ -482,12 +516,13 @@ fn uninstall_claude(path: &Path) -> anyhow::Result<()> {
         plural(removed.len()),
         removed.join(", ")
     );
-    if matches!(&doc, Json::Object(entries) if entries.is_empty()) {
-        // Nothing but dstream's hooks was in it: the file goes, as install found it.
-        fs::remove_file(path).with_context(|| format!("removing {shown}"))?;
+    if matches!(&doc, Json::Object(entries) if entries.is_empty()) && !file.is_link() {
+        // Nothing but dstream's hooks was in it: the file goes, as install found it. (A link's
+        // target is emptied instead: deleting the link would leave the hooks in the target.)
+        file.remove()?;
         println!("{summary}\ndeleted {shown}: nothing else was in it");
     } else {
-        write_settings(path, &doc)?;
+        write_settings(path, Some(&file), &doc)?;
         println!("{summary}\nupdated {shown}");
     }
     Ok(())
@@ -505,87 +540,64 @@ fn is_our_plugin(content: &[u8]) -> bool {
 }
 
 fn install_opencode(dir: &Path) -> anyhow::Result<()> {
-    let file = dir.join(OPENCODE_FILE);
-    let shown = file.display();
-    let verb = match fs::read(&file) {
-        Ok(existing) if existing == OPENCODE_PLUGIN.as_bytes() => {
-            println!("the dstream plugin is already in {shown}; nothing changed");
-            return Ok(());
+    let path = dir.join(OPENCODE_FILE);
+    match files::read(&path, files::MAX_BYTES)? {
+        Found::Missing => {
+            fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            files::create(&path, OPENCODE_PLUGIN.as_bytes())?;
+            println!(
+                "installed {}; OpenCode loads it when it next starts",
+                path.display()
+            );
         }
-        Ok(existing) if is_our_plugin(&existing) => "replaced an older dstream plugin at",
-        Ok(_) => bail!(
-            "{shown} exists and is not dstream's plugin; it was left untouched (move it away \
-             and run this again)"
+        Found::DanglingLink(target) => return Err(dangling_link(&path, &target)),
+        Found::File(file) if file.content == OPENCODE_PLUGIN.as_bytes() => {
+            println!(
+                "the dstream plugin is already in {}; nothing changed",
+                file.shown()
+            );
+        }
+        Found::File(file) if is_our_plugin(&file.content) => {
+            file.replace(OPENCODE_PLUGIN.as_bytes())?;
+            println!(
+                "replaced an older dstream plugin at {}; OpenCode loads it when it next starts",
+                file.shown()
+            );
+        }
+        Found::File(file) => bail!(
+            "{} exists and is not dstream's plugin; it was left untouched (move it away and \
+             run this again)",
+            file.shown()
         ),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => "installed",
-        Err(e) => return Err(e).with_context(|| format!("reading {shown}")),
-    };
-    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    write_atomically(&file, OPENCODE_PLUGIN.as_bytes())?;
-    println!("{verb} {shown}; OpenCode loads it when it next starts");
+    }
     Ok(())
 }
 
 fn uninstall_opencode(dir: &Path) -> anyhow::Result<()> {
-    let file = dir.join(OPENCODE_FILE);
-    let shown = file.display();
-    match fs::read(&file) {
-        Ok(existing) if is_our_plugin(&existing) => {
-            fs::remove_file(&file).with_context(|| format!("removing {shown}"))?;
-            println!("removed {shown}");
-            Ok(())
+    let path = dir.join(OPENCODE_FILE);
+    let shown = path.display();
+    match files::read(&path, files::MAX_BYTES)? {
+        Found::Missing => println!("{shown} does not exist; nothing to remove"),
+        Found::DanglingLink(target) => println!(
+            "{shown} is a link to {}, which does not exist; nothing to remove (the link was \
+             left as it is)",
+            target.display()
+        ),
+        Found::File(file) if is_our_plugin(&file.content) => {
+            file.remove()?;
+            if file.is_link() {
+                println!(
+                    "removed the link {shown} (the file it led to, {}, was left in place)",
+                    file.real.display()
+                );
+            } else {
+                println!("removed {shown}");
+            }
         }
-        Ok(_) => bail!("{shown} is not dstream's plugin; it was left untouched"),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            println!("{shown} does not exist; nothing to remove");
-            Ok(())
-        }
-        Err(e) => Err(e).with_context(|| format!("reading {shown}")),
-    }
-}
-
-// ---- files ----
-
-/// Replaces `path` with `content` in one step: writes a temporary file next to it, syncs it,
-/// and renames it over the old one, keeping the old file's permissions. A symbolic link (a
-/// dotfiles manager's, say) stays a link: its target is what gets replaced.
-fn write_atomically(path: &Path, content: &[u8]) -> anyhow::Result<()> {
-    let path = match fs::canonicalize(path) {
-        Ok(real) => real,
-        Err(_) => path.to_path_buf(),
-    };
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .ok_or_else(|| anyhow!("{} is not a file path", path.display()))?;
-    let tmp = dir.join(format!(
-        ".{}.dstream-{}.tmp",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let result = (|| -> io::Result<()> {
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)?;
-        if let Ok(meta) = fs::metadata(&path) {
-            f.set_permissions(meta.permissions())?;
-        }
-        f.write_all(content)?;
-        f.sync_all()?;
-        fs::rename(&tmp, &path)?;
-        // The rename is durable once the directory is synced; not every platform allows it.
-        if let Ok(d) = fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
-    })();
-    if let Err(e) = result {
-        let _ = fs::remove_file(&tmp);
-        return Err(e).with_context(|| format!("writing {}", path.display()));
+        Found::File(file) => bail!(
+            "{} is not dstream's plugin; it was left untouched",
+            file.shown()
+        ),
     }
     Ok(())
 }
