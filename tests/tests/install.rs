@@ -4,11 +4,12 @@
 
 use std::fs;
 use std::io::Write;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use dstream_tests::serde_json::{self, Value, json};
-use dstream_tests::{daemon_bin, wait_child};
+use dstream_tests::{daemon_bin, mode_of, wait_child};
 
 /// Every event `dstream install claude-code` hooks by default: all that Claude Code 2.1.330
 /// accepts (see tests/tests/agents_capture.rs) but WorktreeCreate.
@@ -89,9 +90,24 @@ fn dstream_in(bin: &Path, home: &Path, args: &[&str], env: &[(&str, &str)]) -> O
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let mut child = cmd.spawn().unwrap();
-    let status = wait_child(&mut child, std::time::Duration::from_secs(20))
-        .unwrap_or_else(|| panic!("dstream {args:?} hung"));
+    // A copied binary can be briefly "busy": a child forked meanwhile by another test thread
+    // holds the copy's write descriptor until it execs.
+    let mut tries = 0;
+    let mut child = loop {
+        match cmd.spawn() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            spawned => break spawned.unwrap(),
+        }
+    };
+    // A command that never exits is killed, so that it does not outlive the test.
+    let Some(status) = wait_child(&mut child, std::time::Duration::from_secs(20)) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("dstream {args:?} hung");
+    };
     let mut out = child.wait_with_output().unwrap();
     out.status = status;
     out
@@ -483,7 +499,7 @@ fn a_symlinked_settings_file_stays_a_link() {
     let real = dotfiles.join("claude-settings.json");
     fs::write(&real, "{\"model\": \"opus\"}\n").unwrap();
     let link = home.path().join(".claude").join("settings.json");
-    std::os::unix::fs::symlink(&real, &link).unwrap();
+    symlink(&real, &link).unwrap();
     ok(&dstream(home.path(), &["install", "claude-code"]));
     assert!(
         fs::symlink_metadata(&link)
@@ -500,6 +516,264 @@ fn a_symlinked_settings_file_stays_a_link() {
             .is_symlink()
     );
     assert_eq!(read_json(&real), json!({"model": "opus"}));
+}
+
+/// A project whose `.claude/` exists; returns it, its path as a string, and the settings path.
+fn project() -> (tempfile::TempDir, String, PathBuf) {
+    let project = temp_dir();
+    let settings = project.path().join(".claude").join("settings.json");
+    fs::create_dir_all(settings.parent().unwrap()).unwrap();
+    let dir = project.path().to_str().unwrap().to_string();
+    (project, dir, settings)
+}
+
+/// The names in a folder, sorted (to see that no temporary file was left behind).
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_link_emptied_by_uninstall_stays_a_link() {
+    let home = temp_dir();
+    let (_project, dir, settings) = project();
+    let real = home.path().join("dotfiles-settings.json");
+    fs::write(&real, "{}\n").unwrap();
+    symlink(&real, &settings).unwrap();
+    ok(&dstream(
+        home.path(),
+        &["install", "claude-code", "--project", &dir],
+    ));
+    assert_eq!(commands(&read_json(&real), "Stop").len(), 1);
+    // Deleting the link would leave dstream's hooks in the file it leads to.
+    ok(&dstream(
+        home.path(),
+        &["uninstall", "claude-code", "--project", &dir],
+    ));
+    assert!(
+        fs::symlink_metadata(&settings)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(fs::read_to_string(&real).unwrap(), "{}\n");
+}
+
+#[test]
+fn numbers_repeated_keys_and_escapes_are_kept_as_written() {
+    let home = temp_dir();
+    let (_project, dir, settings) = project();
+    // Laid out as install writes, so that uninstall gives back the very same bytes.
+    let original = r#"{
+  "big": 12345678901234567890123,
+  "hundred": 1e2,
+  "price": 1.50,
+  "tiny": -0.0,
+  "huge": 1e400,
+  "theme": "dark",
+  "theme": "light",
+  "note": "caf\u00e9 \/ \ud83d\ude00",
+  "hooks": {
+    "Stop": [
+      {
+        "hooks": [
+          {
+            "type": "command",
+            "command": "notify-send done",
+            "timeout": 5.0
+          }
+        ]
+      }
+    ]
+  },
+  "theme": "solarized"
+}
+"#;
+    fs::write(&settings, original).unwrap();
+    ok(&dstream(
+        home.path(),
+        &["install", "claude-code", "--project", &dir],
+    ));
+    let installed = fs::read_to_string(&settings).unwrap();
+    for line in original
+        .lines()
+        .filter(|l| !l.contains('{') && !l.contains('}'))
+    {
+        if !line.contains('[') && !line.contains(']') {
+            assert!(installed.contains(line), "{line:?} lost: {installed}");
+        }
+    }
+    assert_eq!(installed.matches("\"theme\"").count(), 3, "{installed}");
+    assert!(
+        installed.ends_with("  \"theme\": \"solarized\"\n}\n"),
+        "{installed}"
+    );
+    ok(&dstream(
+        home.path(),
+        &["uninstall", "claude-code", "--project", &dir],
+    ));
+    assert_eq!(fs::read_to_string(&settings).unwrap(), original);
+}
+
+#[test]
+fn a_repeated_hooks_key_is_refused() {
+    let home = temp_dir();
+    let (_project, dir, settings) = project();
+    let twice = r#"{"hooks": {"Stop": []}, "model": "opus", "hooks": {}}"#;
+    fs::write(&settings, twice).unwrap();
+    for verb in ["install", "uninstall"] {
+        let err = failed(&dstream(
+            home.path(),
+            &[verb, "claude-code", "--project", &dir],
+        ));
+        assert!(err.contains("`hooks` is written 2 times"), "{verb}: {err}");
+        assert!(err.contains(settings.to_str().unwrap()), "{verb}: {err}");
+        assert_eq!(fs::read_to_string(&settings).unwrap(), twice);
+    }
+}
+
+#[test]
+fn a_read_only_settings_file_is_refused_and_left_untouched() {
+    let home = temp_dir();
+    let (_project, dir, settings) = project();
+    fs::write(&settings, EXISTING).unwrap();
+    fs::set_permissions(&settings, fs::Permissions::from_mode(0o444)).unwrap();
+    let out = dstream(home.path(), &["install", "claude-code", "--project", &dir]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = failed(&out);
+    assert!(err.contains(settings.to_str().unwrap()), "{err}");
+    assert!(err.contains("read-only (mode 0444)"), "{err}");
+    assert!(err.contains("left untouched"), "{err}");
+    assert_eq!(fs::read_to_string(&settings).unwrap(), EXISTING);
+    assert_eq!(mode_of(&settings), 0o444);
+
+    // Installed while writable, then made read-only: install has nothing to do, uninstall
+    // is refused.
+    fs::set_permissions(&settings, fs::Permissions::from_mode(0o644)).unwrap();
+    ok(&dstream(
+        home.path(),
+        &["install", "claude-code", "--project", &dir],
+    ));
+    fs::set_permissions(&settings, fs::Permissions::from_mode(0o444)).unwrap();
+    let installed = fs::read(&settings).unwrap();
+    let said = ok(&dstream(
+        home.path(),
+        &["install", "claude-code", "--project", &dir],
+    ));
+    assert!(said.contains("nothing changed"), "{said}");
+    let err = failed(&dstream(
+        home.path(),
+        &["uninstall", "claude-code", "--project", &dir],
+    ));
+    assert!(err.contains("read-only"), "{err}");
+    assert_eq!(fs::read(&settings).unwrap(), installed);
+
+    // A file holding nothing but dstream's hooks is not deleted either.
+    fs::set_permissions(&settings, fs::Permissions::from_mode(0o644)).unwrap();
+    fs::remove_file(&settings).unwrap();
+    ok(&dstream(
+        home.path(),
+        &["install", "claude-code", "--project", &dir],
+    ));
+    fs::set_permissions(&settings, fs::Permissions::from_mode(0o400)).unwrap();
+    let err = failed(&dstream(
+        home.path(),
+        &["uninstall", "claude-code", "--project", &dir],
+    ));
+    assert!(err.contains("read-only (mode 0400)"), "{err}");
+    assert!(settings.exists());
+    assert_eq!(names_in(settings.parent().unwrap()), ["settings.json"]);
+}
+
+#[test]
+fn a_dangling_settings_link_is_refused() {
+    let home = temp_dir();
+    let (_project, dir, settings) = project();
+    let target = home.path().join("dotfiles").join("claude.json");
+    symlink(&target, &settings).unwrap();
+    let err = failed(&dstream(
+        home.path(),
+        &["install", "claude-code", "--project", &dir],
+    ));
+    assert!(err.contains(settings.to_str().unwrap()), "{err}");
+    assert!(
+        err.contains(&format!("{}, which does not exist", target.display())),
+        "{err}"
+    );
+    assert!(
+        fs::symlink_metadata(&settings)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert!(!home.path().join("dotfiles").exists());
+    // Nothing of dstream's can be there to remove.
+    let said = ok(&dstream(
+        home.path(),
+        &["uninstall", "claude-code", "--project", &dir],
+    ));
+    assert!(said.contains("nothing to remove"), "{said}");
+    assert!(
+        fs::symlink_metadata(&settings)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(names_in(settings.parent().unwrap()), ["settings.json"]);
+}
+
+fn mkfifo(path: &Path) {
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+}
+
+#[test]
+fn fifos_devices_and_huge_files_are_refused_without_hanging() {
+    let home = temp_dir();
+    let (_project, dir, settings) = project();
+    let refused = |why: &str| {
+        for verb in ["install", "uninstall"] {
+            // `dstream` kills it and fails the test if it does not exit.
+            let err = failed(&dstream(
+                home.path(),
+                &[verb, "claude-code", "--project", &dir],
+            ));
+            assert!(err.contains(settings.to_str().unwrap()), "{verb}: {err}");
+            assert!(err.contains(why), "{verb}: {err}");
+        }
+    };
+    // Opening a FIFO to read waits for a writer.
+    mkfifo(&settings);
+    refused("is a named pipe (FIFO), not a regular file");
+    assert!(
+        fs::symlink_metadata(&settings)
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
+    fs::remove_file(&settings).unwrap();
+
+    // /dev/zero never ends.
+    symlink("/dev/zero", &settings).unwrap();
+    refused("a link to /dev/zero) is a character device, not a regular file");
+    assert_eq!(fs::read_link(&settings).unwrap(), Path::new("/dev/zero"));
+    fs::remove_file(&settings).unwrap();
+
+    fs::create_dir(&settings).unwrap();
+    refused("is a folder, not a regular file");
+    fs::remove_dir(&settings).unwrap();
+
+    // A (sparse) file far bigger than any settings file.
+    let f = fs::File::create(&settings).unwrap();
+    f.set_len(17 << 20).unwrap();
+    refused("is larger than 16 MiB");
+    assert_eq!(fs::metadata(&settings).unwrap().len(), 17 << 20);
+    assert_eq!(names_in(settings.parent().unwrap()), ["settings.json"]);
 }
 
 fn plugin_source() -> Vec<u8> {
@@ -607,4 +881,85 @@ fn opencode_files_that_are_not_ours_are_never_replaced_or_removed() {
         fs::read_to_string(plugins.join("other.js")).unwrap(),
         foreign
     );
+}
+
+#[test]
+fn opencode_refuses_fifos_dangling_links_and_read_only_files() {
+    let home = temp_dir();
+    let project = temp_dir();
+    let dir = project.path().to_str().unwrap();
+    let plugins = project.path().join(".opencode/plugins");
+    fs::create_dir_all(&plugins).unwrap();
+    let file = plugins.join("dstream.js");
+
+    mkfifo(&file);
+    for verb in ["install", "uninstall"] {
+        let err = failed(&dstream(home.path(), &[verb, "opencode", "--project", dir]));
+        assert!(
+            err.contains("named pipe (FIFO), not a regular file"),
+            "{verb}: {err}"
+        );
+    }
+    assert!(fs::symlink_metadata(&file).unwrap().file_type().is_fifo());
+    fs::remove_file(&file).unwrap();
+
+    let missing = home.path().join("dotfiles/dstream.js");
+    symlink(&missing, &file).unwrap();
+    let err = failed(&dstream(
+        home.path(),
+        &["install", "opencode", "--project", dir],
+    ));
+    assert!(err.contains("which does not exist"), "{err}");
+    assert!(!missing.exists());
+    let said = ok(&dstream(
+        home.path(),
+        &["uninstall", "opencode", "--project", dir],
+    ));
+    assert!(said.contains("nothing to remove"), "{said}");
+    assert!(
+        fs::symlink_metadata(&file)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    fs::remove_file(&file).unwrap();
+
+    // An older dstream plugin, made read-only: neither replaced nor removed.
+    let older = "// dstream plugin (@dstream-opencode-plugin)\nexport const DstreamPlugin = async () => ({})\n";
+    fs::write(&file, older).unwrap();
+    fs::set_permissions(&file, fs::Permissions::from_mode(0o444)).unwrap();
+    for verb in ["install", "uninstall"] {
+        let err = failed(&dstream(home.path(), &[verb, "opencode", "--project", dir]));
+        assert!(err.contains("read-only (mode 0444)"), "{verb}: {err}");
+        assert_eq!(fs::read_to_string(&file).unwrap(), older);
+    }
+    fs::remove_file(&file).unwrap();
+
+    // A link to an older plugin (in a dotfiles folder): the file it leads to is updated and
+    // the link kept; uninstall removes the link, not the dotfiles' file.
+    let dotfiles = home.path().join("dotfiles");
+    fs::create_dir_all(&dotfiles).unwrap();
+    let real = dotfiles.join("dstream.js");
+    fs::write(&real, older).unwrap();
+    symlink(&real, &file).unwrap();
+    let said = ok(&dstream(
+        home.path(),
+        &["install", "opencode", "--project", dir],
+    ));
+    assert!(said.contains("replaced"), "{said}");
+    assert!(
+        fs::symlink_metadata(&file)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(fs::read(&real).unwrap(), plugin_source());
+    let said = ok(&dstream(
+        home.path(),
+        &["uninstall", "opencode", "--project", dir],
+    ));
+    assert!(said.contains("removed the link"), "{said}");
+    assert!(fs::symlink_metadata(&file).is_err());
+    assert_eq!(fs::read(&real).unwrap(), plugin_source());
+    assert!(names_in(&plugins).is_empty());
 }

@@ -8,17 +8,22 @@
 //!   OpenCode's plugin folder.
 //!
 //! Both write atomically (a temporary file renamed over the old one), change nothing when
-//! there is nothing to change, and say what they did.
+//! there is nothing to change, and say what they did. They edit only a regular file, or one
+//! that a symbolic link leads to (the link stays); a FIFO, a device, a dangling link, a file
+//! over 16 MiB or a read-only file is refused, untouched (see `files`).
 
 use std::fs;
-use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, anyhow, bail};
 use clap::{Args, ValueEnum};
 
-use json::Json;
+use files::Found;
+use json::{Json, Str};
+
+mod files;
+mod json;
 
 /// The OpenCode plugin, as `dstream install opencode` writes it.
 const OPENCODE_PLUGIN: &str = include_str!("../../../scripts/opencode/dstream.js");
@@ -253,33 +258,46 @@ fn hook_command(exe: &str) -> String {
     format!("{} hook claude-code", shell::quote(exe))
 }
 
-/// Reads a settings file: `None` when it does not exist. A file that is not JSON, or whose
-/// top level is not an object, is an error (and is left untouched).
-fn read_settings(path: &Path) -> anyhow::Result<Option<Json>> {
-    let text = match fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
-    };
-    let doc: Json = serde_json::from_str(&text).map_err(|e| {
-        anyhow!(
-            "{} is not valid JSON ({e}); fix it first, it was left untouched",
-            path.display()
-        )
+/// The document in a settings file. A file that is not a JSON object is an error (and is left
+/// untouched).
+fn parse_settings(file: &files::File) -> anyhow::Result<Json> {
+    let shown = file.shown();
+    let text = std::str::from_utf8(&file.content).map_err(|e| {
+        anyhow!("{shown} is not UTF-8 text ({e}); fix it first, it was left untouched")
+    })?;
+    let doc = json::parse(text).map_err(|e| {
+        anyhow!("{shown} is not valid JSON ({e}); fix it first, it was left untouched")
     })?;
     if !matches!(doc, Json::Object(_)) {
-        bail!(
-            "{} does not hold a JSON object; it was left untouched",
-            path.display()
-        );
+        bail!("{shown} does not hold a JSON object; it was left untouched");
     }
-    Ok(Some(doc))
+    Ok(doc)
 }
 
-fn write_settings(path: &Path, doc: &Json) -> anyhow::Result<()> {
-    let mut text = serde_json::to_vec_pretty(doc)?;
-    text.push(b'\n');
-    write_atomically(path, &text)
+fn dangling_link(path: &Path, target: &Path) -> anyhow::Error {
+    anyhow!(
+        "{} is a symbolic link to {}, which does not exist; dstream does not create files \
+         through a dangling link, so it was left untouched. Create the file it points to (it \
+         may be in a dotfiles folder or on a drive that is not there now), or remove the \
+         link, then run this again",
+        path.display(),
+        target.display()
+    )
+}
+
+/// Writes `doc` over `file`, or to a new file at `path` when there was none.
+fn write_settings(path: &Path, file: Option<&files::File>, doc: &Json) -> anyhow::Result<()> {
+    let mut text = json::to_pretty(doc);
+    text.push('\n');
+    match file {
+        Some(file) => file.replace(text.as_bytes()),
+        None => {
+            if let Some(dir) = path.parent() {
+                fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            }
+            files::create(path, text.as_bytes())
+        }
+    }
 }
 
 /// What `install` did to one event's hooks.
@@ -289,9 +307,26 @@ struct Changes {
     updated: Vec<&'static str>,
 }
 
+/// Fails when `key` is written more than once in `object`: Claude Code reads only the last,
+/// and an edit to either would not do what it says.
+fn written_once(object: &Json, key: &str, shown: &str) -> anyhow::Result<()> {
+    match object.count(key) {
+        0 | 1 => Ok(()),
+        n => bail!(
+            "`{shown}` is written {n} times in the settings file, and Claude Code reads only \
+             the last one; merge them into one, then run this again"
+        ),
+    }
+}
+
+fn object(entries: Vec<(&str, Json)>) -> Json {
+    Json::Object(entries.into_iter().map(|(k, v)| (Str::new(k), v)).collect())
+}
+
 /// Adds the hook to `doc` for each event (or points an existing dstream hook at `exe`).
 /// Fails, changing nothing on disk, when the file's `hooks` do not have the documented shape.
 fn add_hooks(doc: &mut Json, events: &[&'static str], exe: &str) -> anyhow::Result<Changes> {
+    written_once(doc, "hooks", "hooks")?;
     let hooks = doc
         .entry("hooks", || Json::Object(Vec::new()))
         .ok_or_else(|| anyhow!("the settings file is not a JSON object"))?;
@@ -300,6 +335,7 @@ fn add_hooks(doc: &mut Json, events: &[&'static str], exe: &str) -> anyhow::Resu
     }
     let mut changes = Changes::default();
     for event in events {
+        written_once(hooks, event, &format!("hooks.{event}"))?;
         let list = hooks
             .entry(event, || Json::Array(Vec::new()))
             .expect("hooks is an object");
@@ -314,7 +350,7 @@ fn add_hooks(doc: &mut Json, events: &[&'static str], exe: &str) -> anyhow::Resu
             found = true;
             if command.exe != exe {
                 let rewritten = command.with_exe(exe);
-                handler.set("command", Json::String(rewritten));
+                handler.set("command", Json::string(&rewritten));
                 if handler.get("timeout").is_none() {
                     handler.set("timeout", Json::from(CLAUDE_HOOK_TIMEOUT_SECS));
                 }
@@ -322,12 +358,12 @@ fn add_hooks(doc: &mut Json, events: &[&'static str], exe: &str) -> anyhow::Resu
             }
         }
         if !found {
-            groups.push(Json::Object(vec![(
-                "hooks".into(),
-                Json::Array(vec![Json::Object(vec![
-                    ("type".into(), Json::String("command".into())),
-                    ("command".into(), Json::String(hook_command(exe))),
-                    ("timeout".into(), Json::from(CLAUDE_HOOK_TIMEOUT_SECS)),
+            groups.push(object(vec![(
+                "hooks",
+                Json::Array(vec![object(vec![
+                    ("type", Json::string("command")),
+                    ("command", Json::string(&hook_command(exe))),
+                    ("timeout", Json::from(CLAUDE_HOOK_TIMEOUT_SECS)),
                 ])]),
             )]));
             changes.added.push(event);
@@ -346,33 +382,34 @@ fn handlers_mut(group: &mut Json) -> std::slice::IterMut<'_, Json> {
 
 /// A handler's command, when it runs `dstream hook claude-code`.
 fn ours(handler: &Json) -> Option<shell::HookCommand> {
-    if !matches!(handler.get("type"), None | Some(Json::String(_))) {
-        return None;
-    }
-    if let Some(Json::String(t)) = handler.get("type")
-        && t != "command"
+    if let Some(t) = handler.get("type")
+        && t.as_str().is_none_or(|t| t != "command")
     {
         return None;
     }
-    match handler.get("command") {
-        Some(Json::String(c)) => shell::HookCommand::parse(c, "claude-code"),
-        _ => None,
-    }
+    shell::HookCommand::parse(&handler.get("command")?.as_str()?, "claude-code")
 }
 
 /// Removes every dstream hook handler from `doc`, then the groups, event lists and `hooks`
 /// object that this left empty. Returns the events it removed handlers from.
 fn remove_hooks(doc: &mut Json) -> anyhow::Result<Vec<String>> {
     let mut touched = Vec::new();
+    written_once(doc, "hooks", "hooks")?;
     let Some(hooks) = doc.get_mut("hooks") else {
         return Ok(touched);
     };
     let Json::Object(events) = hooks else {
         bail!("`hooks` in the settings file is not an object");
     };
+    // Per entry (an event written twice is two entries): whether removing left it empty.
+    let mut emptied = Vec::with_capacity(events.len());
+    let mut seen = std::collections::HashSet::new();
     for (event, list) in events.iter_mut() {
         let Json::Array(groups) = list else {
-            bail!("`hooks.{event}` in the settings file is not a list");
+            bail!(
+                "`hooks.{}` in the settings file is not a list",
+                event.value()
+            );
         };
         let mut removed_here = false;
         groups.retain_mut(|group| {
@@ -386,15 +423,15 @@ fn remove_hooks(doc: &mut Json) -> anyhow::Result<Vec<String>> {
             }
             removed_here = true;
             // Keep the group if it still has hooks, or anything else besides a matcher.
-            !handlers.is_empty() || group.keys().any(|k| !matches!(k, "hooks" | "matcher"))
+            !handlers.is_empty() || group.keys().any(|k| !matches!(&*k, "hooks" | "matcher"))
         });
-        if removed_here {
-            touched.push(event.clone());
+        emptied.push(removed_here && groups.is_empty());
+        if removed_here && seen.insert(event.value().into_owned()) {
+            touched.push(event.value().into_owned());
         }
     }
-    events.retain(|(event, list)| {
-        !(touched.contains(event) && matches!(list, Json::Array(groups) if groups.is_empty()))
-    });
+    let mut emptied = emptied.into_iter();
+    events.retain(|_| !emptied.next().unwrap_or(false));
     if !touched.is_empty() && events.is_empty() {
         doc.remove("hooks");
     }
@@ -403,10 +440,18 @@ fn remove_hooks(doc: &mut Json) -> anyhow::Result<Vec<String>> {
 
 fn install_claude(path: &Path, events: &[&'static str]) -> anyhow::Result<()> {
     let exe = dstream_exe()?;
-    let existed = read_settings(path)?;
-    let is_new = existed.is_none();
-    let mut doc = existed.unwrap_or(Json::Object(Vec::new()));
-    let shown = path.display();
+    let (file, mut doc) = match files::read(path, files::MAX_BYTES)? {
+        Found::Missing => (None, Json::Object(Vec::new())),
+        Found::DanglingLink(target) => return Err(dangling_link(path, &target)),
+        Found::File(file) => {
+            let doc = parse_settings(&file)?;
+            (Some(file), doc)
+        }
+    };
+    let is_new = file.is_none();
+    let shown = file
+        .as_ref()
+        .map_or_else(|| path.display().to_string(), |f| f.shown());
     let changes =
         add_hooks(&mut doc, events, &exe).with_context(|| format!("{shown} was left untouched"))?;
     if changes.added.is_empty() && changes.updated.is_empty() {
@@ -416,10 +461,7 @@ fn install_claude(path: &Path, events: &[&'static str]) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    write_settings(path, &doc)?;
+    write_settings(path, file.as_ref(), &doc)?;
     println!(
         "{} {shown}: hooks run `{}` (timeout {CLAUDE_HOOK_TIMEOUT_SECS} s)",
         if is_new { "created" } else { "updated" },
@@ -445,11 +487,24 @@ fn install_claude(path: &Path, events: &[&'static str]) -> anyhow::Result<()> {
 }
 
 fn uninstall_claude(path: &Path) -> anyhow::Result<()> {
-    let shown = path.display();
-    let Some(mut doc) = read_settings(path)? else {
-        println!("{shown} does not exist; nothing to remove");
-        return Ok(());
+    let file = match files::read(path, files::MAX_BYTES)? {
+        Found::Missing => {
+            println!("{} does not exist; nothing to remove", path.display());
+            return Ok(());
+        }
+        // Nothing of dstream's can be behind a link to nothing.
+        Found::DanglingLink(target) => {
+            println!(
+                "{} is a link to {}, which does not exist; nothing to remove",
+                path.display(),
+                target.display()
+            );
+            return Ok(());
+        }
+        Found::File(file) => file,
     };
+    let mut doc = parse_settings(&file)?;
+    let shown = file.shown();
     let removed = remove_hooks(&mut doc).with_context(|| format!("{shown} was left untouched"))?;
     if removed.is_empty() {
         println!("no dstream hooks in {shown}; nothing changed");
@@ -461,12 +516,13 @@ fn uninstall_claude(path: &Path) -> anyhow::Result<()> {
         plural(removed.len()),
         removed.join(", ")
     );
-    if matches!(&doc, Json::Object(entries) if entries.is_empty()) {
-        // Nothing but dstream's hooks was in it: the file goes, as install found it.
-        fs::remove_file(path).with_context(|| format!("removing {shown}"))?;
+    if matches!(&doc, Json::Object(entries) if entries.is_empty()) && !file.is_link() {
+        // Nothing but dstream's hooks was in it: the file goes, as install found it. (A link's
+        // target is emptied instead: deleting the link would leave the hooks in the target.)
+        file.remove()?;
         println!("{summary}\ndeleted {shown}: nothing else was in it");
     } else {
-        write_settings(path, &doc)?;
+        write_settings(path, Some(&file), &doc)?;
         println!("{summary}\nupdated {shown}");
     }
     Ok(())
@@ -484,87 +540,64 @@ fn is_our_plugin(content: &[u8]) -> bool {
 }
 
 fn install_opencode(dir: &Path) -> anyhow::Result<()> {
-    let file = dir.join(OPENCODE_FILE);
-    let shown = file.display();
-    let verb = match fs::read(&file) {
-        Ok(existing) if existing == OPENCODE_PLUGIN.as_bytes() => {
-            println!("the dstream plugin is already in {shown}; nothing changed");
-            return Ok(());
+    let path = dir.join(OPENCODE_FILE);
+    match files::read(&path, files::MAX_BYTES)? {
+        Found::Missing => {
+            fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            files::create(&path, OPENCODE_PLUGIN.as_bytes())?;
+            println!(
+                "installed {}; OpenCode loads it when it next starts",
+                path.display()
+            );
         }
-        Ok(existing) if is_our_plugin(&existing) => "replaced an older dstream plugin at",
-        Ok(_) => bail!(
-            "{shown} exists and is not dstream's plugin; it was left untouched (move it away \
-             and run this again)"
+        Found::DanglingLink(target) => return Err(dangling_link(&path, &target)),
+        Found::File(file) if file.content == OPENCODE_PLUGIN.as_bytes() => {
+            println!(
+                "the dstream plugin is already in {}; nothing changed",
+                file.shown()
+            );
+        }
+        Found::File(file) if is_our_plugin(&file.content) => {
+            file.replace(OPENCODE_PLUGIN.as_bytes())?;
+            println!(
+                "replaced an older dstream plugin at {}; OpenCode loads it when it next starts",
+                file.shown()
+            );
+        }
+        Found::File(file) => bail!(
+            "{} exists and is not dstream's plugin; it was left untouched (move it away and \
+             run this again)",
+            file.shown()
         ),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => "installed",
-        Err(e) => return Err(e).with_context(|| format!("reading {shown}")),
-    };
-    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    write_atomically(&file, OPENCODE_PLUGIN.as_bytes())?;
-    println!("{verb} {shown}; OpenCode loads it when it next starts");
+    }
     Ok(())
 }
 
 fn uninstall_opencode(dir: &Path) -> anyhow::Result<()> {
-    let file = dir.join(OPENCODE_FILE);
-    let shown = file.display();
-    match fs::read(&file) {
-        Ok(existing) if is_our_plugin(&existing) => {
-            fs::remove_file(&file).with_context(|| format!("removing {shown}"))?;
-            println!("removed {shown}");
-            Ok(())
+    let path = dir.join(OPENCODE_FILE);
+    let shown = path.display();
+    match files::read(&path, files::MAX_BYTES)? {
+        Found::Missing => println!("{shown} does not exist; nothing to remove"),
+        Found::DanglingLink(target) => println!(
+            "{shown} is a link to {}, which does not exist; nothing to remove (the link was \
+             left as it is)",
+            target.display()
+        ),
+        Found::File(file) if is_our_plugin(&file.content) => {
+            file.remove()?;
+            if file.is_link() {
+                println!(
+                    "removed the link {shown} (the file it led to, {}, was left in place)",
+                    file.real.display()
+                );
+            } else {
+                println!("removed {shown}");
+            }
         }
-        Ok(_) => bail!("{shown} is not dstream's plugin; it was left untouched"),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            println!("{shown} does not exist; nothing to remove");
-            Ok(())
-        }
-        Err(e) => Err(e).with_context(|| format!("reading {shown}")),
-    }
-}
-
-// ---- files ----
-
-/// Replaces `path` with `content` in one step: writes a temporary file next to it, syncs it,
-/// and renames it over the old one, keeping the old file's permissions. A symbolic link (a
-/// dotfiles manager's, say) stays a link: its target is what gets replaced.
-fn write_atomically(path: &Path, content: &[u8]) -> anyhow::Result<()> {
-    let path = match fs::canonicalize(path) {
-        Ok(real) => real,
-        Err(_) => path.to_path_buf(),
-    };
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .ok_or_else(|| anyhow!("{} is not a file path", path.display()))?;
-    let tmp = dir.join(format!(
-        ".{}.dstream-{}.tmp",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let result = (|| -> io::Result<()> {
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)?;
-        if let Ok(meta) = fs::metadata(&path) {
-            f.set_permissions(meta.permissions())?;
-        }
-        f.write_all(content)?;
-        f.sync_all()?;
-        fs::rename(&tmp, &path)?;
-        // The rename is durable once the directory is synced; not every platform allows it.
-        if let Ok(d) = fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
-    })();
-    if let Err(e) = result {
-        let _ = fs::remove_file(&tmp);
-        return Err(e).with_context(|| format!("writing {}", path.display()));
+        Found::File(file) => bail!(
+            "{} is not dstream's plugin; it was left untouched",
+            file.shown()
+        ),
     }
     Ok(())
 }
@@ -668,170 +701,6 @@ mod shell {
     }
 }
 
-// ---- JSON that keeps its key order ----
-
-mod json {
-    //! A JSON value whose objects keep their keys in file order, so that editing a settings
-    //! file leaves the parts it does not change as the person wrote them. (serde_json's own
-    //! `Value` sorts keys unless its `preserve_order` feature is on, and that feature would
-    //! change key order for the whole workspace, the stored events included.)
-
-    use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
-    use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
-
-    #[derive(Clone, Debug, PartialEq)]
-    pub enum Json {
-        Null,
-        Bool(bool),
-        Number(serde_json::Number),
-        String(String),
-        Array(Vec<Json>),
-        Object(Vec<(String, Json)>),
-    }
-
-    impl From<u64> for Json {
-        fn from(n: u64) -> Json {
-            Json::Number(n.into())
-        }
-    }
-
-    impl Json {
-        pub fn get(&self, key: &str) -> Option<&Json> {
-            match self {
-                Json::Object(entries) => entries.iter().find(|(k, _)| k == key).map(|(_, v)| v),
-                _ => None,
-            }
-        }
-
-        pub fn get_mut(&mut self, key: &str) -> Option<&mut Json> {
-            match self {
-                Json::Object(entries) => entries.iter_mut().find(|(k, _)| k == key).map(|(_, v)| v),
-                _ => None,
-            }
-        }
-
-        /// The value at `key`, added at the end (made by `new`) when missing; `None` when
-        /// `self` is not an object.
-        pub fn entry(&mut self, key: &str, new: impl FnOnce() -> Json) -> Option<&mut Json> {
-            let Json::Object(entries) = self else {
-                return None;
-            };
-            let at = match entries.iter().position(|(k, _)| k == key) {
-                Some(at) => at,
-                None => {
-                    entries.push((key.to_string(), new()));
-                    entries.len() - 1
-                }
-            };
-            Some(&mut entries[at].1)
-        }
-
-        /// Sets `key` (in place when present, else at the end). No-op on a non-object.
-        pub fn set(&mut self, key: &str, value: Json) {
-            if let Some(slot) = self.entry(key, || Json::Null) {
-                *slot = value;
-            }
-        }
-
-        pub fn remove(&mut self, key: &str) {
-            if let Json::Object(entries) = self {
-                entries.retain(|(k, _)| k != key);
-            }
-        }
-
-        pub fn keys(&self) -> impl Iterator<Item = &str> {
-            let entries: &[(String, Json)] = match self {
-                Json::Object(entries) => entries,
-                _ => &[],
-            };
-            entries.iter().map(|(k, _)| k.as_str())
-        }
-    }
-
-    impl Serialize for Json {
-        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            match self {
-                Json::Null => s.serialize_unit(),
-                Json::Bool(b) => s.serialize_bool(*b),
-                Json::Number(n) => n.serialize(s),
-                Json::String(v) => s.serialize_str(v),
-                Json::Array(items) => {
-                    let mut seq = s.serialize_seq(Some(items.len()))?;
-                    for item in items {
-                        seq.serialize_element(item)?;
-                    }
-                    seq.end()
-                }
-                Json::Object(entries) => {
-                    let mut map = s.serialize_map(Some(entries.len()))?;
-                    for (k, v) in entries {
-                        map.serialize_entry(k, v)?;
-                    }
-                    map.end()
-                }
-            }
-        }
-    }
-
-    impl<'de> Deserialize<'de> for Json {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Json, D::Error> {
-            d.deserialize_any(JsonVisitor)
-        }
-    }
-
-    struct JsonVisitor;
-
-    impl<'de> Visitor<'de> for JsonVisitor {
-        type Value = Json;
-
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a JSON value")
-        }
-        fn visit_unit<E>(self) -> Result<Json, E> {
-            Ok(Json::Null)
-        }
-        fn visit_bool<E>(self, b: bool) -> Result<Json, E> {
-            Ok(Json::Bool(b))
-        }
-        fn visit_i64<E>(self, n: i64) -> Result<Json, E> {
-            Ok(Json::Number(n.into()))
-        }
-        fn visit_u64<E>(self, n: u64) -> Result<Json, E> {
-            Ok(Json::Number(n.into()))
-        }
-        fn visit_f64<E: de::Error>(self, n: f64) -> Result<Json, E> {
-            serde_json::Number::from_f64(n)
-                .map(Json::Number)
-                .ok_or_else(|| E::custom("a number JSON cannot hold"))
-        }
-        fn visit_str<E>(self, s: &str) -> Result<Json, E> {
-            Ok(Json::String(s.to_string()))
-        }
-        fn visit_string<E>(self, s: String) -> Result<Json, E> {
-            Ok(Json::String(s))
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Json, A::Error> {
-            let mut items = Vec::new();
-            while let Some(item) = seq.next_element()? {
-                items.push(item);
-            }
-            Ok(Json::Array(items))
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Json, A::Error> {
-            let mut entries: Vec<(String, Json)> = Vec::new();
-            while let Some((k, v)) = map.next_entry::<String, Json>()? {
-                // A repeated key counts once, with its last value, as most JSON readers
-                // (Claude Code's included) take it.
-                match entries.iter_mut().find(|(key, _)| *key == k) {
-                    Some(slot) => slot.1 = v,
-                    None => entries.push((k, v)),
-                }
-            }
-            Ok(Json::Object(entries))
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -839,11 +708,11 @@ mod tests {
     const EXE: &str = "/opt/my tools/dstream";
 
     fn doc(text: &str) -> Json {
-        serde_json::from_str(text).unwrap()
+        json::parse(text).unwrap()
     }
 
     fn text(doc: &Json) -> String {
-        serde_json::to_string(doc).unwrap()
+        json::to_compact(doc)
     }
 
     #[test]
@@ -931,7 +800,7 @@ mod tests {
         let Some(Json::Object(hooks)) = expected.get_mut("hooks") else {
             panic!()
         };
-        hooks.retain(|(k, _)| k != "Stop");
+        hooks.retain(|(k, _)| !k.is("Stop"));
         assert_eq!(text(&d), text(&expected));
     }
 
@@ -986,10 +855,67 @@ mod tests {
     }
 
     #[test]
-    fn ordered_json_keeps_numbers_and_order() {
-        let t = r#"{"b":1,"a":[1.5,-2,18446744073709551615,"x",null,true],"c":{}}"#;
-        assert_eq!(text(&doc(t)), t);
-        assert_eq!(text(&doc(r#"{"k":1,"k":2}"#)), r#"{"k":2}"#);
+    fn edits_keep_numbers_and_repeated_keys_as_written() {
+        let original = r#"{"big":12345678901234567890123,"e":1e2,"f":1.50,"k":1,"k":2,"hooks":{"Stop":[{"hooks":[{"type":"command","command":"x","timeout":5.0}]}]},"s":"\u00e9"}"#;
+        let mut d = doc(original);
+        add_hooks(&mut d, &["Stop", "PreToolUse"], EXE).unwrap();
+        let installed = text(&d);
+        assert!(
+            installed.starts_with(r#"{"big":12345678901234567890123,"e":1e2,"f":1.50,"k":1,"k":2,"hooks":{"Stop":[{"hooks":[{"type":"command","command":"x","timeout":5.0}]},{"hooks""#),
+            "{installed}"
+        );
+        assert!(installed.ends_with(r#""s":"\u00e9"}"#), "{installed}");
+        remove_hooks(&mut d).unwrap();
+        assert_eq!(text(&d), original);
+    }
+
+    #[test]
+    fn repeated_hooks_or_events_are_refused() {
+        let twice = r#"{"hooks": {}, "hooks": {"Stop": []}}"#;
+        let err = add_hooks(&mut doc(twice), &["Stop"], EXE).err().unwrap();
+        assert!(
+            err.to_string().contains("`hooks` is written 2 times"),
+            "{err}"
+        );
+        assert!(remove_hooks(&mut doc(twice)).is_err());
+        let err = add_hooks(
+            &mut doc(r#"{"hooks": {"Stop": [], "Stop": []}}"#),
+            &["Stop"],
+            EXE,
+        )
+        .err()
+        .unwrap();
+        assert!(
+            err.to_string().contains("`hooks.Stop` is written 2 times"),
+            "{err}"
+        );
+        // Uninstall takes dstream's handlers out of every copy of an event.
+        let mut d = doc(
+            r#"{"hooks": {"Stop": [{"hooks": [{"command": "dstream hook claude-code"}]}],
+            "Stop": [{"hooks": [{"command": "dstream hook claude-code"}, {"command": "mine"}]}]}}"#,
+        );
+        assert_eq!(remove_hooks(&mut d).unwrap(), ["Stop"]);
+        assert_eq!(
+            text(&d),
+            r#"{"hooks":{"Stop":[{"hooks":[{"command":"mine"}]}]}}"#
+        );
+    }
+
+    #[test]
+    fn a_settings_file_with_two_hundred_thousand_keys_is_edited() {
+        // Reading it used to look each key up among all before it: 46 s in a release build.
+        let mut original = String::from("{");
+        for i in 0..200_000 {
+            original.push_str(&format!("\"setting{i}\":{i},"));
+        }
+        original.push_str(r#""hooks":{}}"#);
+        let mut d = doc(&original);
+        let changes = add_hooks(&mut d, CLAUDE_EVENTS, EXE).unwrap();
+        assert_eq!(changes.added.len(), CLAUDE_EVENTS.len());
+        let installed = json::to_pretty(&d);
+        let mut d = doc(&installed);
+        assert_eq!(remove_hooks(&mut d).unwrap().len(), CLAUDE_EVENTS.len());
+        assert_eq!(text(&d), original.replace(r#","hooks":{}"#, ""));
     }
 
     #[test]
