@@ -101,7 +101,7 @@ pub async fn serve(
     tracing::debug!(?peer, "connection opened");
     state.stats.connections.fetch_add(1, Ordering::Relaxed);
     let stream = Arc::new(stream);
-    let (out, out_rx) = Outbound::new(state.config.subscriptions.outbound_bytes);
+    let (out, out_rx) = Outbound::new(state.config().subscriptions.outbound_bytes);
     let writer = tokio::spawn(write_frames(stream.clone(), out_rx));
     let mut caller = Caller::new(peer, out);
     slot.watch(caller.work());
@@ -110,8 +110,8 @@ pub async fn serve(
     let mut buf = Vec::new();
     // The frame buffer is client memory too: charged while it grows (see `frame`).
     let mut held = state.memory.held();
-    let max = state.config.daemon.max_frame_bytes;
-    let idle = Duration::from_millis(state.config.daemon.idle_timeout_ms);
+    let max = state.config().daemon.max_frame_bytes;
+    let idle = Duration::from_millis(state.config().daemon.idle_timeout_ms);
     let mut deadline = Instant::now() + idle; // for the first frame: from the connection on
     let mut first = true;
     loop {
@@ -222,7 +222,7 @@ fn overloaded(state: &DaemonState, what: &str) -> RpcError {
         format!(
             "the daemon holds its limit of memory for clients (daemon.max_client_memory_bytes = \
              {}); {what}, try again shortly",
-            state.config.daemon.max_client_memory_bytes
+            state.config().daemon.max_client_memory_bytes
         ),
     )
 }

@@ -25,7 +25,9 @@
 
 mod agent_procs;
 pub mod checkpoint;
+pub mod component;
 pub mod config;
+pub mod config_feed;
 mod connection;
 pub mod event_types;
 mod follower;

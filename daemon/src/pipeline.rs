@@ -16,7 +16,6 @@
 //! nothing of agents: this module is the only place where the two meet.
 
 use std::collections::{HashMap, VecDeque};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -29,6 +28,7 @@ use tokio::sync::{mpsc, watch};
 use crate::checkpoint::policy::{self, Call, Policy, RuleVerdict};
 use crate::checkpoint::{self as checkpoint, Checkpoints, NewRequest, Prepared};
 use crate::config::{Config, PermissionRequests};
+use crate::config_feed::ConfigFeed;
 use crate::hub::{Hub, Lagged};
 use crate::jsonscan::nesting_depth;
 use crate::plugins::{Failure, Hooks, Input, Plugin, PluginSet, PluginSettings};
@@ -119,19 +119,11 @@ impl FairQueue {
     }
 }
 
-/// Where the plugin settings come from, so a reload can read them again.
-#[derive(Debug, Clone, Default)]
-pub struct ConfigSource {
-    /// The configuration file, if the daemon was started with one.
-    pub file: Option<PathBuf>,
-    /// `--plugin-dir`, which wins over the file.
-    pub plugin_dir: Option<PathBuf>,
-}
-
 pub struct Pipeline {
     queue: mpsc::Sender<Ingest>,
     plugins: watch::Sender<Arc<PluginSet>>,
-    source: ConfigSource,
+    /// Where the settings come from: a reload reads the file again through it.
+    feed: Arc<ConfigFeed>,
     /// The settings the current set was built with; a reload replaces them.
     settings: Mutex<PipelineSettings>,
     /// One reload at a time.
@@ -153,13 +145,9 @@ pub struct PipelineSettings {
 }
 
 impl PipelineSettings {
-    pub fn from_config(config: &Config, source: &ConfigSource) -> PipelineSettings {
-        let mut plugins = config.plugin_settings();
-        if let Some(dir) = &source.plugin_dir {
-            plugins.dir = dir.clone();
-        }
+    pub fn from_config(config: &Config) -> PipelineSettings {
         PipelineSettings {
-            plugins,
+            plugins: PluginSettings::from_config(config),
             keep_raw: config.plugins.keep_raw,
             policy: Arc::new(Policy::new(&config.checkpoints)),
             redact: config.redact.clone(),
@@ -174,10 +162,10 @@ impl Pipeline {
         store: Store,
         hub: Arc<Hub>,
         checkpoints: Arc<Checkpoints>,
-        settings: PipelineSettings,
-        source: ConfigSource,
+        feed: Arc<ConfigFeed>,
         redact: Arc<crate::redact::Shared>,
     ) -> std::io::Result<Arc<Pipeline>> {
+        let settings = PipelineSettings::from_config(&feed.current());
         if let Err(e) = std::fs::create_dir_all(&settings.plugins.dir) {
             tracing::warn!(dir = %settings.plugins.dir.display(), error = %e, "cannot create the plugin folder");
         }
@@ -195,7 +183,7 @@ impl Pipeline {
         let pipeline = Arc::new(Pipeline {
             queue,
             plugins,
-            source,
+            feed,
             settings: Mutex::new(settings.clone()),
             reloading: Mutex::new(()),
             ingested: AtomicU64::new(0),
@@ -273,32 +261,43 @@ impl Pipeline {
         self.settings.lock().unwrap().clone()
     }
 
-    /// Reads the configuration file again (if there is one) and rebuilds the plugin set:
-    /// changed plugins are reloaded, disabled ones get another chance, a broken file keeps
-    /// its last good version. Blocking: loading runs each plugin's top level.
+    /// Reads the configuration file again (if there is one: a changed one is published to
+    /// every component) and rebuilds the plugin set: changed plugins are reloaded, disabled
+    /// ones get another chance, a broken file keeps its last good version. Blocking: loading
+    /// runs each plugin's top level.
     pub fn reload(&self) -> Arc<PluginSet> {
+        let _ = self.feed.reload();
         let _one = self.reloading.lock().unwrap();
-        let mut config_error = None;
-        let settings = match &self.source.file {
-            Some(path) => match Config::load(path) {
-                Ok(config) => PipelineSettings::from_config(&config, &self.source),
-                Err(e) => {
-                    tracing::error!(error = %e, "configuration not reloaded; keeping the last good one");
-                    config_error = Some(dstream_sdk::protocol::PluginLoadError {
-                        file: path.display().to_string(),
-                        error: e.to_string(),
-                    });
-                    self.settings()
-                }
-            },
-            None => self.settings(),
-        };
+        let settings = PipelineSettings::from_config(&self.feed.current());
+        self.rebuild(settings)
+    }
+
+    /// A new configuration is in force: the plugin set, the policy and the redactor are
+    /// rebuilt if what they are made from changed.
+    pub fn apply(&self, config: &Config) {
+        let _one = self.reloading.lock().unwrap();
+        let settings = PipelineSettings::from_config(config);
+        if settings != self.settings() {
+            self.rebuild(settings);
+        }
+    }
+
+    /// Builds the plugin set under `settings` and puts it (and them) in force; the caller
+    /// holds `reloading`.
+    fn rebuild(&self, settings: PipelineSettings) -> Arc<PluginSet> {
         if let Err(e) = std::fs::create_dir_all(&settings.plugins.dir) {
             tracing::warn!(dir = %settings.plugins.dir.display(), error = %e, "cannot create the plugin folder");
         }
         let old = self.plugins();
         let mut set = PluginSet::load(&settings.plugins, Some(&old));
-        set.errors.extend(config_error);
+        set.errors.extend(
+            self.feed
+                .last_error()
+                .map(|e| dstream_sdk::protocol::PluginLoadError {
+                    file: e.file.display().to_string(),
+                    error: e.error,
+                }),
+        );
         let set = Arc::new(set);
         tracing::info!(
             plugins = %set.plugins.iter().map(|p| p.name()).collect::<Vec<_>>().join(", "),

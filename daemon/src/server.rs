@@ -13,9 +13,11 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::checkpoint::Checkpoints;
+use crate::component::Components;
 use crate::config::Config;
+use crate::config_feed::ConfigFeed;
 use crate::hub::Hub;
-use crate::pipeline::{ConfigSource, Pipeline, PipelineSettings};
+use crate::pipeline::Pipeline;
 use crate::state::{DaemonState, MemoryBudget};
 use crate::store::{RecoveryNote, Store, StoreSettings};
 
@@ -108,21 +110,23 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
         }));
     }
     let listener = listen(&socket)?;
-    let source = ConfigSource {
-        file: config.file.clone(),
-        plugin_dir: config.plugin_dir_override.clone(),
-    };
+    // The components, started in order and stopped in reverse; each new configuration the
+    // feed publishes reaches them all.
+    let components = Arc::new(Components::default());
+    components.add(Arc::new(store.clone()));
     let checkpoints = Checkpoints::start(store.clone(), &data_dir, config.checkpoints.grant_ttl_ms)
         .map_err(StartError::Checkpoints)?;
+    components.add(checkpoints.clone());
+    let feed = Arc::new(ConfigFeed::new(config.clone()));
     let pipeline = Pipeline::start(
         store.clone(),
         hub.clone(),
         checkpoints.clone(),
-        PipelineSettings::from_config(&config, &source),
-        source,
+        feed.clone(),
         redact,
     )
     .map_err(StartError::Pipeline)?;
+    components.add(pipeline.clone());
     let relay = crate::relay::Relay::start(
         store.clone(),
         hub.clone(),
@@ -132,15 +136,11 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
         &data_dir,
     )
     .map_err(StartError::Relay)?;
-    let reconfigure: crate::watch::OnConfig = {
-        let relay = Arc::downgrade(&relay);
-        Box::new(move |c: &Config| {
-            if let Some(r) = relay.upgrade() {
-                r.reconfigure(&c.relay);
-            }
-        })
-    };
-    let watcher = crate::watch::start(pipeline.clone(), config.file.clone(), vec![reconfigure]);
+    components.add(relay.clone());
+    if let Some(w) = crate::watch::start(pipeline.clone(), config.file.clone()) {
+        components.add(Arc::new(w));
+    }
+    components.follow(&feed);
     tracing::info!(
         socket = %socket.display(),
         data_dir = %data_dir.display(),
@@ -152,13 +152,13 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
     let state = Arc::new(DaemonState {
         memory: MemoryBudget::new(config.daemon.max_client_memory_bytes),
         slots: crate::slots::Slots::new(connection_limit(&config)),
-        config,
+        feed,
+        components,
         store,
         hub,
         pipeline,
         checkpoints,
         relay,
-        _watcher: watcher,
         stats: Default::default(),
         started,
         agents: Default::default(),
@@ -222,7 +222,9 @@ pub async fn run(started: Started, shutdown: impl Future<Output = ()>) {
     // connections a moment to send the acknowledgements.
     drop(listener);
     let _ = stop_tx.send(true);
-    state.store.shutdown().await;
+    // The last started stops first; the store, first started, writes and syncs what it has
+    // queued last.
+    state.components.stop().await;
     let _ = tokio::time::timeout(Duration::from_secs(2), async {
         while connections.join_next().await.is_some() {}
     })

@@ -10,7 +10,9 @@ use std::time::Instant;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::checkpoint::Checkpoints;
+use crate::component::Components;
 use crate::config::Config;
+use crate::config_feed::ConfigFeed;
 use crate::hub::Hub;
 use crate::pipeline::Pipeline;
 use crate::store::Store;
@@ -27,20 +29,28 @@ pub struct ServerStats {
 }
 
 pub struct DaemonState {
-    pub config: Config,
+    /// The configuration in force and every one after it (see [`ConfigFeed`]).
+    pub feed: Arc<ConfigFeed>,
+    /// The components, to stop them in order.
+    pub components: Arc<Components>,
     pub store: Store,
     pub hub: Arc<Hub>,
     pub pipeline: Arc<Pipeline>,
     pub checkpoints: Arc<Checkpoints>,
     pub relay: Arc<crate::relay::Relay>,
-    /// Watches the plugin folder and the config file while the daemon runs.
-    pub _watcher: Option<crate::watch::Watcher>,
     pub stats: ServerStats,
     pub memory: MemoryBudget,
     pub slots: Arc<crate::slots::Slots>,
     pub started: Instant,
     /// The agents' processes: no decision may come from one of them or their children.
     pub agents: crate::agent_procs::AgentProcs,
+}
+
+impl DaemonState {
+    /// The configuration in force now.
+    pub fn config(&self) -> Arc<Config> {
+        self.feed.current()
+    }
 }
 
 /// Bytes the daemon holds for all clients together. Past it, new requests are refused with a

@@ -1,11 +1,12 @@
 //! Hot reload: watches the plugin folder and the configuration file (notify), and after a
-//! quiet moment (debounce: editors write a file in several steps) rebuilds the plugin set.
+//! quiet moment (debounce: editors write a file in several steps) has the pipeline reload,
+//! which reads the configuration again through the config feed and rebuilds the plugin set.
 //! The pipeline validates the new set before swapping it in; a broken file keeps its last
 //! good version running and the error is shown by `plugins.list`.
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use notify::{RecommendedWatcher, RecursiveMode, Watcher as _};
@@ -15,29 +16,42 @@ use crate::pipeline::Pipeline;
 /// Quiet time after the last change before reloading.
 const DEBOUNCE: Duration = Duration::from_millis(250);
 
-/// Told of every configuration the config file yields after a change (the pipeline reads it
-/// itself; other components register one of these).
-pub type OnConfig = Box<dyn Fn(&crate::config::Config) + Send>;
+/// What the watch thread is told: a path that changed, or to stop.
+enum Msg {
+    Changed(PathBuf),
+    Stop,
+}
 
-/// Keeps the watch running; dropping it stops it.
+/// The running watch; [`Watcher::stop`] (or dropping it) ends it.
 pub struct Watcher {
-    _stop: mpsc::Sender<()>,
+    tx: Mutex<mpsc::Sender<Msg>>,
+}
+
+impl Watcher {
+    pub fn stop(&self) {
+        let _ = self.tx.lock().unwrap().send(Msg::Stop);
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }
 
 /// Starts watching; `None` (and a warning) when the OS refuses a watch: the daemon still
-/// runs, and `plugins.reload` still works.
-pub fn start(
-    pipeline: Arc<Pipeline>,
-    config_file: Option<PathBuf>,
-    on_config: Vec<OnConfig>,
-) -> Option<Watcher> {
-    let (tx, rx) = mpsc::channel::<PathBuf>();
+/// runs, and `plugins.reload` still works. A change to the config file or a plugin file
+/// makes the pipeline reload, which reads the file again through the config feed (a changed
+/// configuration then reaches every component).
+pub fn start(pipeline: Arc<Pipeline>, config_file: Option<PathBuf>) -> Option<Watcher> {
+    let (tx, rx) = mpsc::channel::<Msg>();
+    let notify_tx = tx.clone();
     let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
         if let Ok(event) = res
             && !matches!(event.kind, notify::EventKind::Access(_))
         {
             for path in event.paths {
-                let _ = tx.send(path);
+                let _ = notify_tx.send(Msg::Changed(path));
             }
         }
     });
@@ -56,27 +70,22 @@ pub fn start(
         // The folder, not the file: editors replace a file by renaming a new one over it.
         watch_dir(&mut watcher, parent);
     }
-    let (stop_tx, stop_rx) = mpsc::channel::<()>();
     let weak: Weak<Pipeline> = Arc::downgrade(&pipeline);
     drop(pipeline);
     let spawned = std::thread::Builder::new()
         .name("dstream-watch".into())
         .spawn(move || {
-            loop {
-                if matches!(stop_rx.try_recv(), Err(mpsc::TryRecvError::Disconnected)) {
-                    return;
-                }
-                let first = match rx.recv_timeout(Duration::from_secs(1)) {
-                    Ok(p) => p,
-                    Err(mpsc::RecvTimeoutError::Timeout) => continue,
-                    Err(mpsc::RecvTimeoutError::Disconnected) => return,
-                };
+            while let Ok(Msg::Changed(first)) = rx.recv() {
                 let mut relevant = concerns(&first, &dir, config_file.as_deref());
-                let mut config_changed = is_config(&first, config_file.as_deref());
                 // Debounce: wait until the changes stop for a moment.
-                while let Ok(p) = rx.recv_timeout(DEBOUNCE) {
-                    relevant |= concerns(&p, &dir, config_file.as_deref());
-                    config_changed |= is_config(&p, config_file.as_deref());
+                loop {
+                    match rx.recv_timeout(DEBOUNCE) {
+                        Ok(Msg::Changed(p)) => {
+                            relevant |= concerns(&p, &dir, config_file.as_deref())
+                        }
+                        Ok(Msg::Stop) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                        Err(mpsc::RecvTimeoutError::Timeout) => break,
+                    }
                 }
                 if !relevant {
                     continue;
@@ -85,14 +94,6 @@ pub fn start(
                     return;
                 };
                 let set = pipeline.reload();
-                if config_changed
-                    && let Some(file) = &config_file
-                    && let Ok(config) = crate::config::Config::load(file)
-                {
-                    for f in &on_config {
-                        f(&config);
-                    }
-                }
                 if absolute(set.dir.clone()) != dir {
                     let _ = watcher.unwatch(&dir);
                     dir = absolute(set.dir.clone());
@@ -101,7 +102,7 @@ pub fn start(
             }
         });
     match spawned {
-        Ok(_) => Some(Watcher { _stop: stop_tx }),
+        Ok(_) => Some(Watcher { tx: Mutex::new(tx) }),
         Err(e) => {
             tracing::warn!(error = %e, "cannot start the plugin watcher");
             None
@@ -113,10 +114,6 @@ fn watch_dir(watcher: &mut RecommendedWatcher, dir: &Path) {
     if let Err(e) = watcher.watch(dir, RecursiveMode::NonRecursive) {
         tracing::warn!(dir = %dir.display(), error = %e, "cannot watch for changes; use `dstream plugins reload`");
     }
-}
-
-fn is_config(path: &Path, config_file: Option<&Path>) -> bool {
-    config_file.is_some_and(|c| c == path)
 }
 
 /// A change to a plugin file, or to the config file.

@@ -42,7 +42,10 @@ pub fn run(args: PluginsArgs) -> anyhow::Result<ExitCode> {
                 Some(path) => Config::load(&path)?,
                 None => Config::default(),
             };
-            match dstream_daemon::plugins::PluginSet::check(&file, &config.plugin_settings()) {
+            match dstream_daemon::plugins::PluginSet::check(
+                &file,
+                &dstream_daemon::plugins::PluginSettings::from_config(&config),
+            ) {
                 Ok(info) => {
                     if args.opts.json {
                         print_json(&info)?;

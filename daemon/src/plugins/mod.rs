@@ -126,6 +126,32 @@ pub struct PluginSettings {
     pub max_consecutive_errors: u32,
 }
 
+impl PluginSettings {
+    /// What the plugin host needs from `[plugins]` (and the frame limit, the folders).
+    pub fn from_config(config: &crate::config::Config) -> PluginSettings {
+        let p = &config.plugins;
+        let as_json = |t: &BTreeMap<String, toml::Value>| -> BTreeMap<String, Json> {
+            t.iter()
+                .map(|(k, v)| (k.clone(), serde_json::to_value(v).unwrap_or_default()))
+                .collect()
+        };
+        PluginSettings {
+            dir: config.plugin_dir(),
+            disabled: p.disabled.clone(),
+            config: as_json(&p.lua),
+            native_config: as_json(&p.native),
+            cache_dir: config.data_dir().join("plugin-cache"),
+            limits: Limits {
+                call_timeout: Duration::from_millis(p.call_timeout_ms),
+                instructions: p.instruction_budget,
+                memory_bytes: p.memory_bytes,
+                output_bytes: config.daemon.max_frame_bytes,
+            },
+            max_consecutive_errors: p.max_consecutive_errors,
+        }
+    }
+}
+
 /// What a plugin declares about itself.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PluginMeta {

@@ -58,12 +58,7 @@ impl Drop for Relay {
     /// Ends every task of the relay, so that what they hold (the store) is released with the
     /// daemon state, as in-process daemons and their tests expect.
     fn drop(&mut self) {
-        self.dispatcher.abort();
-        for e in self.shared.streams.lock().unwrap().values_mut() {
-            if let Some(t) = e.task.take() {
-                t.abort();
-            }
-        }
+        self.stop_tasks();
     }
 }
 
@@ -277,6 +272,22 @@ impl Relay {
             tracing::error!(error = %e, "the relay cannot run");
         }
         self.shared.settings.send_replace(Arc::new(settings));
+    }
+
+    /// The `[relay]` settings in force.
+    pub fn config(&self) -> RelayConfig {
+        self.shared.settings.borrow().config.clone()
+    }
+
+    /// Ends the dispatcher and every stream's task (the daemon is stopping). What was not
+    /// acknowledged is sent again by the next daemon, from the ledgers.
+    pub fn stop_tasks(&self) {
+        self.dispatcher.abort();
+        for e in self.shared.streams.lock().unwrap().values_mut() {
+            if let Some(t) = e.task.take() {
+                t.abort();
+            }
+        }
     }
 
     /// `relay.retry`: every backoff ends and every stopped stream starts again, as on a

@@ -55,7 +55,7 @@ pub async fn request(state: &Arc<DaemonState>, raw: Option<&RawValue>) -> RpcRes
     };
     let timeout_ms = p
         .timeout_ms
-        .unwrap_or(state.config.checkpoints.default_timeout_ms);
+        .unwrap_or(state.config().checkpoints.default_timeout_ms);
     if timeout_ms == 0 || timeout_ms > MAX_TIMEOUT_MS {
         return Err(RpcError::new(
             codes::INVALID_PARAMS,
@@ -96,7 +96,7 @@ pub async fn request(state: &Arc<DaemonState>, raw: Option<&RawValue>) -> RpcRes
         summary,
         options,
         timeout_ms,
-        on_timeout: Some(on_timeout.unwrap_or(state.config.checkpoints.default_on_timeout)),
+        on_timeout: Some(on_timeout.unwrap_or(state.config().checkpoints.default_on_timeout)),
         source: Some("sdk".into()),
         tool: p.tool,
         input: p.input,

@@ -566,8 +566,8 @@ fn hello(state: &DaemonState, caller: &Caller) -> RpcResult {
         server: "dstream".into(),
         version: env!("CARGO_PKG_VERSION").into(),
         protocol: PROTOCOL_VERSION,
-        max_frame_bytes: state.config.daemon.max_frame_bytes,
-        fsync: state.config.store.fsync.as_str().into(),
+        max_frame_bytes: state.config().daemon.max_frame_bytes,
+        fsync: state.config().store.fsync.as_str().into(),
         peer: caller.peer.clone(),
     })
 }
@@ -648,12 +648,12 @@ fn event_array(events: &[EventJson], out: &mut Vec<u8>) {
 
 fn clamp_limit(state: &DaemonState, limit: Option<usize>) -> Result<usize, RpcError> {
     match limit {
-        None => Ok(state.config.read.default_limit),
+        None => Ok(state.config().read.default_limit),
         Some(0) => Err(RpcError::new(
             codes::INVALID_PARAMS,
             "limit must be at least 1",
         )),
-        Some(n) => Ok(n.min(state.config.read.max_limit)),
+        Some(n) => Ok(n.min(state.config().read.max_limit)),
     }
 }
 
@@ -691,7 +691,7 @@ fn subscribe(
 ) -> Result<Subscription, RpcError> {
     let p: SubscribeParams = params(raw)?;
     check_session_id(&p.session_id, "session_id")?;
-    let most = state.config.daemon.max_subscriptions_per_connection;
+    let most = state.config().daemon.max_subscriptions_per_connection;
     caller.subscriptions.retain(|_, t| !t.is_finished());
     if caller.subscriptions.len() >= most {
         return Err(RpcError::new(
@@ -712,7 +712,7 @@ fn subscribe(
         id: caller.new_subscription_id(),
         follower: Follower::new(state.store.clone(), &state.hub, &p.session_id, from),
         out: caller.out.clone(),
-        heartbeat: Duration::from_millis(state.config.subscriptions.heartbeat_ms),
+        heartbeat: Duration::from_millis(state.config().subscriptions.heartbeat_ms),
         state: state.clone(),
     })
 }
@@ -832,7 +832,7 @@ fn stats(state: &DaemonState) -> RpcResult {
         version: env!("CARGO_PKG_VERSION").into(),
         uptime_ms: state.started.elapsed().as_millis() as u64,
         pid: std::process::id(),
-        fsync: state.config.store.fsync.as_str().into(),
+        fsync: state.config().store.fsync.as_str().into(),
         sessions,
         quarantined_sessions,
         connections: state.stats.connections.load(relaxed),

@@ -54,7 +54,8 @@ pub fn charge_parse(
             format!(
                 "event holds {} JSON values; parsing it would take about {bytes} bytes, more than \
                  the daemon holds for requests (half of daemon.max_client_memory_bytes = {})",
-                shape.values, state.config.daemon.max_client_memory_bytes
+                shape.values,
+                state.config().daemon.max_client_memory_bytes
             ),
         ));
     }
@@ -68,7 +69,8 @@ pub fn charge_parse(
             format!(
                 "the daemon holds its limit of memory for clients (daemon.max_client_memory_bytes = \
                  {}); this event ({} values to parse) was not carried out, try again shortly",
-                state.config.daemon.max_client_memory_bytes, shape.values
+                state.config().daemon.max_client_memory_bytes,
+                shape.values
             ),
         ));
     };
