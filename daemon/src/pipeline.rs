@@ -689,7 +689,10 @@ impl Worker {
         });
         let from_rule = rule.as_ref().map(|r| Decision {
             action: r.action.as_str().into(),
-            reason: Some(format!("{}: {}", r.rule, r.description)),
+            reason: Some(match &r.note {
+                Some(note) => format!("{}: {}; {note}", r.rule, r.description),
+                None => format!("{}: {}", r.rule, r.description),
+            }),
             decided_by: Some(format!("rule:{}", r.rule)),
             updated_input: None,
             checkpoint: None,
