@@ -92,7 +92,10 @@ impl Policy {
         let mut best =
             strongest(strict().filter(|(_, r)| r.input.as_deref().is_none_or(|p| subject.hits(p))));
         let mut note = None;
-        if let Err(e) = subject.parsed() {
+        // Parsed only when some deny or ask rule targets the tool: most calls need no parse.
+        if strict().next().is_some()
+            && let Err(e) = subject.parsed()
+        {
             // Unseen is not harmless: the strictest rule on this tool holds, glob or not.
             let strictest = strongest(strict());
             if strictest
@@ -196,6 +199,7 @@ impl Subject {
             .iter()
             .filter(|(_, r)| r.action == RuleAction::Allow)
             .copied();
+        allows.clone().next()?;
         match self.parsed() {
             Ok(all) if !all.is_empty() && self.main.is_some() => {
                 let mut first: Option<(usize, &RuleConfig)> = None;
