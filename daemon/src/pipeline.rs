@@ -11,7 +11,8 @@
 //! session are stored in the order their hooks fired; plugins run on their own threads
 //! (see [`crate::plugins`]), never on the async workers. The error policy of DESIGN.md §5:
 //! a failing `map` stores the raw event as `unmapped` plus a `plugin.error`; a failing
-//! `process` passes the event on unchanged; a failing `decide` counts as "ask"; nothing the
+//! `process` passes the event on unchanged; a failing `decide` counts as "deny" (what cannot
+//! be evaluated counts as its strictest outcome); nothing the
 //! daemon accepted is dropped. The socket layer knows nothing of plugins and the store
 //! nothing of agents: this module is the only place where the two meet.
 
@@ -688,7 +689,10 @@ impl Worker {
         });
         let from_rule = rule.as_ref().map(|r| Decision {
             action: r.action.as_str().into(),
-            reason: Some(format!("{}: {}", r.rule, r.description)),
+            reason: Some(match &r.note {
+                Some(note) => format!("{}: {}; {note}", r.rule, r.description),
+                None => format!("{}: {}", r.rule, r.description),
+            }),
             decided_by: Some(format!("rule:{}", r.rule)),
             updated_input: None,
             checkpoint: None,
@@ -858,8 +862,10 @@ impl Worker {
         }
     }
 
-    /// Asks every `decide` plugin about one tool call: deny beats ask beats allow; a plugin
-    /// that fails counts as ask.
+    /// Asks every `decide` plugin about one tool call: deny beats ask beats allow. A plugin
+    /// that fails (an error, a timeout, an answer that is none of the four) counts as deny:
+    /// what cannot be evaluated counts as its strictest outcome, so a plugin made to fail
+    /// never lets a call through, nor leaves it to a person who may not be there.
     fn decide(&self, set: &PluginSet, draft: &Draft, notes: &mut Vec<Draft>) -> Option<Decision> {
         let mut decision = None;
         let request = Arc::new(Json::Object(draft.event.clone()));
@@ -887,14 +893,7 @@ impl Worker {
                         Some(&f),
                         &draft.session_id,
                     ));
-                    Ok(Decision {
-                        action: "ask".into(),
-                        reason: Some(format!("plugin {} failed to decide: {why}", plugin.name())),
-                        decided_by: Some(format!("plugin:{}", plugin.name())),
-                        updated_input: None,
-                        checkpoint: None,
-                        stop: false,
-                    })
+                    Ok(failed_to_decide(plugin, &why))
                 }
             };
             match verdict {
@@ -907,17 +906,7 @@ impl Worker {
                         None,
                         &draft.session_id,
                     ));
-                    decision = strongest(
-                        decision,
-                        Some(Decision {
-                            action: "ask".into(),
-                            reason: Some(why),
-                            decided_by: Some(format!("plugin:{}", plugin.name())),
-                            updated_input: None,
-                            checkpoint: None,
-                            stop: false,
-                        }),
-                    );
+                    decision = strongest(decision, Some(failed_to_decide(plugin, &why)));
                 }
             }
         }
@@ -1104,6 +1093,21 @@ fn verdict(plugin: &Plugin, action: &str, reason: Option<String>) -> Result<Deci
         other => Err(format!(
             "decide returned {other:?}; expected \"allow\", \"deny\", \"ask\" or nil"
         )),
+    }
+}
+
+/// The decision of a `decide` plugin that failed: deny, saying why.
+fn failed_to_decide(plugin: &Plugin, why: &str) -> Decision {
+    Decision {
+        action: "deny".into(),
+        reason: Some(format!(
+            "plugin {} failed to decide: {why}; denied because a failing plugin counts as deny",
+            plugin.name()
+        )),
+        decided_by: Some(format!("plugin:{}", plugin.name())),
+        updated_input: None,
+        checkpoint: None,
+        stop: false,
     }
 }
 

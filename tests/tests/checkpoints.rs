@@ -863,3 +863,31 @@ fn an_sdk_checkpoint_request_is_redacted_before_it_is_stored() {
         "the rest of the input is kept: {log}"
     );
 }
+
+#[test]
+fn a_deny_rule_holds_for_a_simple_command_inside_a_shell_line() {
+    let d = Daemon::start_with(
+        "[[checkpoints.rules]]\ntool = \"Bash\"\ninput = \"rm -rf *\"\naction = \"deny\"\n",
+    );
+    let out = hook_output(
+        spawn_hook(
+            &d.socket(),
+            &pre_tool_use("shell-1", "toolu_1", "true && /bin/rm -fr build"),
+        ),
+        Duration::from_secs(10),
+    );
+    let (decision, reason) = permission(&out);
+    assert_eq!(decision, "deny", "{out}");
+    assert!(reason.contains("rules[0]"), "{reason}");
+    // A line that cannot be parsed is held to the strictest rule, and says why.
+    let out = hook_output(
+        spawn_hook(
+            &d.socket(),
+            &pre_tool_use("shell-1", "toolu_2", "echo 'unterminated"),
+        ),
+        Duration::from_secs(10),
+    );
+    let (decision, reason) = permission(&out);
+    assert_eq!(decision, "deny", "{out}");
+    assert!(reason.contains("could not be parsed"), "{reason}");
+}

@@ -298,26 +298,35 @@ fn failing_hooks_follow_the_error_policy_and_repeated_failure_disables() {
     assert_eq!(stored[2]["metadata"]["decision"]["action"], "deny");
     assert_eq!(stored[3]["payload"]["decided_by"], "plugin:flaky");
 
-    // process and decide fail: the event passes through unchanged, the decision is "ask",
-    // and each failure is recorded.
+    // process and decide fail: the event passes through unchanged, the decision is "deny"
+    // (a plugin that cannot decide counts as its strictest outcome), and each failure is
+    // recorded.
     let r = ingest(
         &mut c,
         "agent",
         json!({"type": "execution.tool_use", "tool": "x", "boom": true}),
     );
-    assert_eq!(r["decision"]["action"], "ask", "{r}");
-    assert_eq!(r["decision"]["checkpoint"]["state"], "pending", "{r}");
+    assert_eq!(r["decision"]["action"], "deny", "{r}");
+    assert_eq!(r["decision"]["decided_by"], "plugin:flaky", "{r}");
+    let reason = r["decision"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("plugin flaky failed to decide")
+            && reason.contains("decide failed")
+            && reason.contains("a failing plugin counts as deny"),
+        "{reason}"
+    );
     let stored = c.read_all("s");
     let tail: Vec<_> = stored[4..].to_vec();
     assert_eq!(
         types(&tail),
         [
             "execution.tool_use",
-            "checkpoint.requested",
+            "checkpoint.rejected",
             "plugin.error",
             "plugin.error"
         ]
     );
+    assert_eq!(tail[1]["payload"]["auto"], true);
     assert_eq!(
         tail[0]["payload"]["seen"],
         Value::Null,
@@ -354,6 +363,60 @@ fn failing_hooks_follow_the_error_policy_and_repeated_failure_disables() {
         json!({"type": "execution.tool_use", "tool": "ls"}),
     );
     assert_eq!(r["decision"]["action"], "allow");
+}
+
+#[test]
+fn a_decide_that_answers_nonsense_or_hangs_denies_the_call() {
+    let d = Daemon::start_with(LIMITS);
+    write_plugin(
+        &d,
+        "mapper.lua",
+        r#"
+        local M = { name = "mapper", api = 1, sources = { "agent" } }
+        function M.map(raw, emit) emit({ type = raw.type, session_id = "odd", payload = raw }) end
+        return M
+        "#,
+    );
+    write_plugin(
+        &d,
+        "odd.lua",
+        r#"
+        local M = { name = "odd", api = 1 }
+        function M.decide(request)
+          if request.payload.tool == "hang" then while true do end end
+          return "maybe"
+        end
+        return M
+        "#,
+    );
+    let mut c = d.client();
+    c.ok("plugins.reload", json!({}));
+    for (tool, why) in [
+        ("x", "decide returned \"maybe\""),
+        ("hang", "plugin odd failed to decide"),
+    ] {
+        let r = ingest(
+            &mut c,
+            "agent",
+            json!({"type": "execution.tool_use", "tool": tool}),
+        );
+        assert_eq!(r["decision"]["action"], "deny", "{tool}: {r}");
+        assert_eq!(r["decision"]["decided_by"], "plugin:odd", "{tool}: {r}");
+        let reason = r["decision"]["reason"].as_str().unwrap();
+        assert!(
+            reason.contains(why) && reason.contains("a failing plugin counts as deny"),
+            "{tool}: {reason}"
+        );
+    }
+    let stored = c.read_all("odd");
+    assert_eq!(
+        stored
+            .iter()
+            .filter(|e| e["type"] == "plugin.error")
+            .count(),
+        2,
+        "{stored:?}"
+    );
 }
 
 #[test]

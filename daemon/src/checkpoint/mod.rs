@@ -18,6 +18,8 @@
 pub mod policy;
 #[cfg(test)]
 mod power_loss;
+mod shell;
+mod shell_rule;
 pub mod stop;
 
 use crate::util::time::now_ms;
@@ -1107,12 +1109,13 @@ impl Checkpoints {
         input: Option<&Json>,
     ) -> Option<Grant> {
         let now = now_ms();
-        let table = self.table.lock().unwrap();
-        let main = input.and_then(policy::main_input);
-        table
+        let candidates: Vec<Grant> = self
+            .table
+            .lock()
+            .unwrap()
             .grants
             .iter()
-            .find(|g| {
+            .filter(|g| {
                 g.expires_ms > now
                     && g.tool.eq_ignore_ascii_case(tool)
                     && match g.scope.as_str() {
@@ -1120,12 +1123,15 @@ impl Checkpoints {
                         "project" => g.cwd.is_some() && g.cwd.as_deref() == cwd,
                         _ => false,
                     }
-                    && g.input_glob.as_ref().is_none_or(|glob| {
-                        main.as_deref()
-                            .is_some_and(|m| policy::glob_match(glob, m, false))
-                    })
             })
             .cloned()
+            .collect();
+        // Outside the lock: a shell command is parsed to be matched.
+        candidates.into_iter().find(|g| {
+            g.input_glob
+                .as_ref()
+                .is_none_or(|glob| policy::grant_covers(glob, input))
+        })
     }
 
     /// The next deadline, and whether it has passed.
