@@ -9,7 +9,7 @@
 //!
 //! One thread runs map → append for every ingest, in arrival order, so the events of a
 //! session are stored in the order their hooks fired; plugins run on their own threads
-//! (see [`crate::plugins`]), never on the async workers. The error policy of DESIGN.md §5:
+//! (see [`crate::plugins`]), never on the async workers. The failure policy (ARCHITECTURE.md):
 //! a failing `map` stores the raw event as `unmapped` plus a `plugin.error`; a failing
 //! `process` passes the event on unchanged; a failing `decide` counts as "deny" (what cannot
 //! be evaluated counts as its strictest outcome); nothing the

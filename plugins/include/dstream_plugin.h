@@ -6,7 +6,7 @@
  * daemon calls the plugin's functions on a thread of its own (never on its async workers),
  * one call at a time, each with the deadline `plugins.call_timeout_ms`; a plugin that fails
  * `plugins.max_consecutive_errors` calls in a row, or does not return in time, is disabled
- * until reloaded, and the events it would have seen are kept (DESIGN.md section 5).
+ * until reloaded, and the events it would have seen are kept (ARCHITECTURE.md, "Failure policy").
  *
  * Events cross as UTF-8 JSON bytes, in the shapes Lua plugins see (README, "Plugins"). Input
  * buffers belong to the daemon and are valid only during the call; they are not
