@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
-use crate::store::EventJson;
+use crate::event_json::EventJson;
 
 /// One committed event and the session it belongs to.
 #[derive(Debug)]

@@ -29,6 +29,7 @@ pub mod component;
 pub mod config;
 pub mod config_feed;
 mod connection;
+pub mod event_json;
 pub mod event_types;
 mod follower;
 mod frame;

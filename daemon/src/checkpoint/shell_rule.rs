@@ -14,7 +14,7 @@
 
 use std::collections::BTreeSet;
 
-use super::policy::glob_match;
+use crate::util::glob::glob_match;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flags {

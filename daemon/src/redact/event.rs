@@ -4,7 +4,7 @@
 use serde_json::value::{RawValue, to_raw_value};
 use serde_json::{Map, Value, json};
 
-use super::Redactor;
+use super::redactor::{Redactor, add_count};
 use crate::store::NewEventRaw;
 
 /// What replaces a field whose redaction failed.
@@ -25,19 +25,6 @@ pub enum RedactError {
     Parse { field: &'static str, error: String },
     #[error("cannot encode the redacted {field}: {error}")]
     Encode { field: &'static str, error: String },
-}
-
-pub(super) fn add_count(event: &mut Map<String, Value>, n: usize) {
-    let meta = event
-        .entry("metadata")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !meta.is_object() {
-        *meta = Value::Object(Map::new());
-    }
-    if let Value::Object(m) = meta {
-        let before = m.get("redactions").and_then(Value::as_u64).unwrap_or(0);
-        m.insert("redactions".into(), json!(before + n as u64));
-    }
 }
 
 impl Redactor {

@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use dstream_sdk::protocol::RedactionStatus;
 
-use super::{Guarded, Redactor};
+use super::event::Guarded;
+use super::redactor::Redactor;
 use crate::store::NewEventRaw;
 
 pub struct Shared {

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::Redactor;
+use super::redactor::Redactor;
 
 /// How many JSON documents inside strings inside strings are opened (an MCP result holding
 /// JSON text holding JSON text); deeper ones are redacted as plain text.

@@ -29,10 +29,10 @@ use std::time::Instant;
 use tokio::sync::{Notify, Semaphore, watch};
 
 use crate::checkpoint::Checkpoints;
-use crate::checkpoint::policy::glob_match;
 use crate::config::RelayConfig;
 use crate::hub::{Hub, Lagged};
 use crate::store::Store;
+use crate::util::glob::glob_match;
 use dstream_sdk::protocol::{RelayStatusResult, RelayStreamStatus, RelayTotals};
 use ledger::LedgerDir;
 use remote::Remote;

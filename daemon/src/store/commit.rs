@@ -26,11 +26,13 @@ use bytes::Bytes;
 use dstream_sdk::Event;
 use serde_json::value::RawValue;
 
+use super::error::StoreError;
 use super::index::IndexEntry;
 use super::record;
 use super::session::{EventJson, Session};
+use super::types::{AppendAck, NewEventRaw, StoreSettings, StoreStats};
 use super::wal::Wal;
-use super::{AppendAck, NewEventRaw, StoreError, StoreSettings, StoreStats};
+use super::writer_state::WriterState;
 use crate::config::FsyncPolicy;
 use crate::hub::{Committed, Hub};
 use crate::vfs::{Open, Vfs};
@@ -90,49 +92,6 @@ pub(crate) enum CommitMsg {
     Shutdown {
         done: tokio::sync::oneshot::Sender<()>,
     },
-}
-
-/// What the commit thread knows of one session's log, kept in the session.
-pub(crate) struct WriterState {
-    /// Bytes of the log that are written.
-    len: u64,
-    next_lsn: u64,
-    last_index_offset: Option<u64>,
-    /// Index entries not yet in the `.idx` file: written at the next checkpoint, off the
-    /// append path (the file is a cache; recovery extends a short one from the log).
-    unsaved_index: Vec<IndexEntry>,
-    ids: ulid::Generator,
-    /// Set when the log can no longer be trusted to match what was acknowledged.
-    failed: Option<String>,
-    /// Lineage of the session, fixed by its first event.
-    stream_id: Option<String>,
-    /// The highest LSN covered by a lease record in this WAL epoch (0: none), the highest
-    /// covered by a synced one, and the size of the last lease (see [`Committer::lease`]).
-    lease: u64,
-    lease_synced: u64,
-    lease_step: u64,
-}
-
-impl WriterState {
-    pub(crate) fn new(
-        len: u64,
-        next_lsn: u64,
-        last_index_offset: Option<u64>,
-        stream_id: Option<String>,
-    ) -> Self {
-        WriterState {
-            len,
-            next_lsn,
-            last_index_offset,
-            unsaved_index: Vec::new(),
-            ids: ulid::Generator::new(),
-            failed: None,
-            stream_id,
-            lease: 0,
-            lease_synced: 0,
-            lease_step: 0,
-        }
-    }
 }
 
 /// The first lease of a session in a WAL epoch covers this many LSNs; each renewal doubles
@@ -771,57 +730,5 @@ fn approx_len(e: &NewEventRaw) -> usize {
 fn fail_all(acks: Vec<Ack>, err: StoreError) {
     for ack in acks {
         ack.send(Err(err.clone()));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::{Store, StoreSettings};
-    use super::*;
-
-    fn event(n: usize) -> NewEventRaw {
-        serde_json::from_value(serde_json::json!({
-            "type": "test.event",
-            "payload": {"n": n, "pad": "x".repeat(200)},
-        }))
-        .unwrap()
-    }
-
-    /// Regression: a batch that did not fit used to be encoded under the old epoch and written
-    /// under the new one, so nothing after a wrap could be replayed after a power loss.
-    #[tokio::test]
-    async fn records_written_after_the_wal_wraps_replay() {
-        let dir = tempfile::tempdir().unwrap();
-        let settings = StoreSettings {
-            fsync: FsyncPolicy::Always,
-            fsync_interval_ms: 20,
-            index_interval_bytes: 4096,
-            verify_on_start: true,
-            max_open_files: 16,
-            wal_bytes: 16 << 10,
-        };
-        let (store, _) = Store::open(dir.path(), settings, Hub::new(1 << 20))
-            .await
-            .unwrap();
-        let mut last = 0;
-        for n in 0..200 {
-            last = store.append_wait("s1", event(n), false).await.unwrap().lsn;
-        }
-        // What a power loss leaves to replay: the write-ahead log as it is on disk now.
-        let records = Wal::open(&crate::vfs::OsVfs, &dir.path().join("wal"), 16 << 10)
-            .unwrap()
-            .records;
-        let lsns: Vec<u64> = records
-            .iter()
-            .filter_map(|r| match &r.entry {
-                super::super::wal::WalEntry::Line { line, .. } => record::lsn_of(line),
-                super::super::wal::WalEntry::Lease { .. } => None,
-            })
-            .collect();
-        assert_eq!(lsns.last(), Some(&last), "replayable lsns: {lsns:?}");
-        assert!(
-            lsns.windows(2).all(|w| w[1] == w[0] + 1),
-            "replay is contiguous: {lsns:?}"
-        );
     }
 }

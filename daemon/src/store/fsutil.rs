@@ -3,7 +3,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::StoreError;
+use super::error::StoreError;
 use crate::vfs::{LockError, Vfs, VfsFile, VfsLock};
 
 /// The process's limit on open descriptors, where the OS reports one.

@@ -31,123 +31,29 @@ pub mod record;
 mod recovery;
 mod repair;
 mod session;
+mod types;
 mod wal;
+mod writer_state;
 
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock, mpsc};
-
-use serde_json::value::RawValue;
 
 pub use commit::Ack;
 pub use error::StoreError;
 pub use reader::{QueryFilter, ReadPage, read_range};
 pub use repair::RepairReport;
 pub use session::{EventJson, Quarantine, Session, SessionMeta, SessionState};
+pub use types::{
+    AppendAck, BeforeAppend, MAX_LABEL_LEN, NewEventRaw, RecoveryNote, StoreSettings, StoreStats,
+    validate_event,
+};
 
-use crate::config::FsyncPolicy;
 use crate::vfs::{Vfs, VfsLock};
 use commit::{Append, CommitMsg, Committer};
 use files::FileCache;
 use open::open_blocking;
-
-/// The store's share of the configuration.
-#[derive(Debug, Clone)]
-pub struct StoreSettings {
-    pub fsync: FsyncPolicy,
-    pub fsync_interval_ms: u64,
-    pub index_interval_bytes: u64,
-    pub verify_on_start: bool,
-    /// Most session logs held open at once.
-    pub max_open_files: usize,
-    /// Size of the shared write-ahead log; a checkpoint runs each time it fills.
-    pub wal_bytes: u64,
-}
-
-#[derive(Debug, Default)]
-pub struct StoreStats {
-    pub appends: AtomicU64,
-    pub bytes_written: AtomicU64,
-    pub fsyncs: AtomicU64,
-}
-
-/// An event as `append` receives it: the SDK's envelope with its JSON fields kept raw, so they
-/// are stored exactly as sent.
-pub type NewEventRaw = dstream_sdk::NewEvent<Box<RawValue>>;
-
-/// Runs on every event before it is queued, whoever appends it (the daemon redacts secrets
-/// here, so nothing reaches the write-ahead log unredacted). Returns the event to store and,
-/// optionally, one more to store right after it in the same session. The store knows nothing
-/// of what it does.
-pub type BeforeAppend =
-    Arc<dyn Fn(NewEventRaw) -> (NewEventRaw, Option<NewEventRaw>) + Send + Sync>;
-
-/// Longest `type`, `actor`, `causation_id` or `correlation_id`, in bytes.
-pub const MAX_LABEL_LEN: usize = 256;
-
-/// Checks what serde cannot: sizes, the type's form, that labels are clean, metadata an object.
-pub fn validate_event(event: &NewEventRaw) -> Result<(), String> {
-    if event.event_type.is_empty() {
-        return Err("event.type is empty".into());
-    }
-    for (name, value) in [
-        ("event.type", Some(&event.event_type)),
-        ("event.actor", event.actor.as_ref()),
-        ("event.causation_id", event.causation_id.as_ref()),
-        ("event.correlation_id", event.correlation_id.as_ref()),
-    ] {
-        if let Some(v) = value {
-            if v.len() > MAX_LABEL_LEN {
-                return Err(format!(
-                    "{name} is {} bytes; the limit is {MAX_LABEL_LEN}",
-                    v.len()
-                ));
-            }
-            if v.chars().any(char::is_control) {
-                return Err(format!("{name} contains a control character"));
-            }
-        }
-    }
-    if let Some(m) = &event.metadata
-        && !m.get().starts_with('{')
-    {
-        return Err("event.metadata must be an object".into());
-    }
-    Ok(())
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AppendAck {
-    pub lsn: u64,
-    pub id: String,
-}
-
-/// What recovery did to one session at start.
-#[derive(Debug, Clone)]
-pub enum RecoveryNote {
-    TornTail {
-        session: String,
-        reason: String,
-        cut_bytes: u64,
-        saved_to: PathBuf,
-        last_lsn: u64,
-    },
-    Quarantined {
-        session: String,
-        reason: String,
-        /// Where the good prefix ends.
-        offset: u64,
-    },
-    /// LSNs that were leased for acknowledgement before a power failure and are not in the
-    /// log: the session resumes above them.
-    UnsyncedLoss {
-        session: String,
-        first_lsn: u64,
-        last_lsn: u64,
-    },
-}
 
 struct Inner {
     sessions_dir: PathBuf,
@@ -606,7 +512,9 @@ fn recovered_event(payload: serde_json::Value) -> NewEventRaw {
     NewEventRaw {
         event_type: "log.recovered".into(),
         actor: Some("dstream".into()),
-        payload: Some(RawValue::from_string(payload.to_string()).expect("valid json")),
+        payload: Some(
+            serde_json::value::RawValue::from_string(payload.to_string()).expect("valid json"),
+        ),
         stream_id: None,
         causation_id: None,
         correlation_id: None,

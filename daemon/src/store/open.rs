@@ -5,12 +5,14 @@ use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use super::error::StoreError;
 use super::fsutil::{self, save_range};
 use super::gaps::Gaps;
 use super::index::SparseIndex;
 use super::recovery::{self, Damage};
+use super::session::{Quarantine, SessionMeta, SessionState};
+use super::types::{RecoveryNote, StoreSettings};
 use super::wal::{Opened, Wal, WalEntry, WalRecord};
-use super::{Quarantine, RecoveryNote, SessionMeta, SessionState, StoreError, StoreSettings};
 use crate::vfs::{Open, Vfs, VfsFileRef, VfsLock};
 
 /// A session as recovery left it.

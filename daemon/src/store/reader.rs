@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde::Deserialize;
 
-use super::StoreError;
+use super::error::StoreError;
 use super::record;
 use super::session::{EventJson, Session};
 
@@ -21,7 +21,7 @@ pub struct ReadPage {
     pub next_lsn: u64,
     pub up_to_date: bool,
     /// Set for a quarantined session: the events end where the damage starts.
-    pub quarantined: Option<super::Quarantine>,
+    pub quarantined: Option<super::session::Quarantine>,
 }
 
 /// Reads up to `limit` events with `from_lsn <= lsn <= upto`, in order, stopping early once

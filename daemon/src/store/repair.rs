@@ -12,10 +12,12 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use super::error::StoreError;
 use super::gaps::Gaps;
 use super::open::{Recovered, recover_session, stamp};
+use super::record;
 use super::session::Quarantine;
-use super::{StoreError, StoreSettings, record};
+use super::types::StoreSettings;
 use crate::vfs::{Open, Vfs};
 
 /// What a repair did.
