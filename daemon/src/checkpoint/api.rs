@@ -3,7 +3,10 @@
 //! read checkpoints (`get`, `list`), and match a tool call against the grants. Deciding one
 //! is in [`super::decide`].
 //!
-//! It ties the other parts together.
+//! It ties the other parts together, and it is what async callers reach, so it is where
+//! blocking work is kept off the async workers: every async method hands its file and log
+//! I/O to [`Checkpoints::off_worker`]; the methods documented as blocking are for callers
+//! already on a blocking thread.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -109,13 +112,28 @@ impl Checkpoints {
         self.grants.set_ttl_ms(ms);
     }
 
+    /// Runs `work` on the runtime's blocking threads, never on an async worker. Every async
+    /// method that may read or write files, or read a log, hands that part over here.
+    pub(super) async fn off_worker<R: Send + 'static>(
+        self: &Arc<Self>,
+        work: impl FnOnce(&Checkpoints) -> R + Send + 'static,
+    ) -> Result<R, CheckpointError> {
+        let this = self.clone();
+        match tokio::task::spawn_blocking(move || work(&this)).await {
+            Ok(r) => Ok(r),
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => Err(StoreError::ShuttingDown.into()),
+        }
+    }
+
     /// Whether memory holds checkpoint `id`.
     fn holds(&self, id: &str) -> bool {
         self.table.lock().unwrap().entries.contains_key(id)
     }
 
     /// Makes sure memory holds `id`: from memory, else from its session's log (found
-    /// through the journal when `session` is not given).
+    /// through the journal when `session` is not given). Blocking: it may read the journal
+    /// and the log.
     pub(super) fn find(&self, id: &str, session: Option<&str>) -> Result<(), CheckpointError> {
         if self.holds(id) {
             return Ok(());
@@ -131,6 +149,20 @@ impl Checkpoints {
             Some(_) => Ok(()),
             None => Err(CheckpointError::NotFound(id.to_string())),
         }
+    }
+
+    /// [`Checkpoints::find`] for async callers: memory at once, the rest off the workers.
+    pub(super) async fn find_off_worker(
+        self: &Arc<Self>,
+        id: &str,
+        session: Option<&str>,
+    ) -> Result<(), CheckpointError> {
+        if self.holds(id) {
+            return Ok(());
+        }
+        let (id, session) = (id.to_string(), session.map(str::to_string));
+        self.off_worker(move |c| c.find(&id, session.as_deref()))
+            .await?
     }
 
     /// Finds `id` in the last events of `session`'s log and keeps it in memory. Blocking.
@@ -249,7 +281,7 @@ impl Checkpoints {
 
     /// Appends a prepared request and waits until it is pending (for `checkpoint.request`).
     pub async fn record(
-        &self,
+        self: &Arc<Self>,
         info: CheckpointInfo,
         event_id: String,
         event: NewEventRaw,
@@ -262,9 +294,19 @@ impl Checkpoints {
             true,
             crate::store::Ack::new(move |r| drop(tx.send(r))),
         );
-        let result = rx.await.unwrap_or(Err(StoreError::ShuttingDown));
-        self.recorded(&info.id, result.as_ref());
-        result?;
+        match rx.await.unwrap_or(Err(StoreError::ShuttingDown)) {
+            Ok(ack) => self.recorded(&info.id, Ok(&ack)),
+            Err(e) => {
+                let id = info.id.clone();
+                let e = self
+                    .off_worker(move |c| {
+                        c.recorded(&id, Err(&e));
+                        e
+                    })
+                    .await?;
+                return Err(e.into());
+            }
+        }
         self.get(&info.id)
             .ok_or_else(|| CheckpointError::NotFound(info.id.clone()))
     }
@@ -282,7 +324,7 @@ impl Checkpoints {
     /// Waits until `id` is decided, or `timeout` passes (then returns it still pending).
     /// `session` lets a checkpoint no longer held in memory be found in its log.
     pub async fn wait(
-        &self,
+        self: &Arc<Self>,
         id: &str,
         session: Option<&str>,
         timeout: Option<Duration>,
@@ -300,7 +342,7 @@ impl Checkpoints {
             }
         };
         let Some(rx) = rx else {
-            self.find(id, session)?;
+            self.find_off_worker(id, session).await?;
             return Box::pin(self.wait(id, None, timeout)).await;
         };
         let mut waiter = Waiter {

@@ -13,7 +13,7 @@ use dstream_sdk::protocol::{CheckpointDecision, CheckpointInfo, CheckpointOption
 use super::api::Checkpoints;
 use super::deadlines::{self, Expire};
 use super::grants::Grant;
-use super::table::state_of;
+use super::table::{self, state_of};
 use super::types::{CheckpointError, Resolution};
 use super::{events, stop};
 use crate::store::{AppendAck, StoreError};
@@ -24,7 +24,7 @@ impl Checkpoints {
     /// pending in the session is rejected ("stopped remotely"), and `agent.aborted` records it.
     /// Returns the checkpoints it rejected.
     pub async fn abort(
-        &self,
+        self: &Arc<Self>,
         session: &str,
         reason: &str,
         decided_by: &str,
@@ -34,17 +34,20 @@ impl Checkpoints {
             decided_by: decided_by.to_string(),
             at_ms: now_ms(),
         };
-        self.stops
-            .stop(session, stop)
+        let s = session.to_string();
+        self.off_worker(move |c| c.stops.stop(&s, stop))
+            .await?
             .map_err(|source| CheckpointError::Io {
                 path: self.dir.join("stopped").join(session),
                 source,
             })?;
+        let pending = self
+            .table
+            .lock()
+            .unwrap()
+            .matching(Some("pending"), Some(session), None);
         let mut rejected = Vec::new();
-        for c in self
-            .list(Some("pending"), Some(session), None, false, None)
-            .0
-        {
+        for c in table::page(pending, false, None).0 {
             let r = Resolution {
                 decision: "reject".into(),
                 note: Some("stopped remotely".into()),
@@ -66,18 +69,18 @@ impl Checkpoints {
     /// Decides a checkpoint: the first valid decision wins, and is durable before anyone
     /// hears of it.
     pub async fn resolve(
-        &self,
+        self: &Arc<Self>,
         id: &str,
         r: Resolution,
     ) -> Result<CheckpointInfo, CheckpointError> {
-        self.find(id, None)?;
+        self.find_off_worker(id, None).await?;
         self.decide(id, r, false).await
     }
 
     /// Decides `id` by `r` (or by its deadline, when `expired`): the decision event is
     /// appended, then [`Checkpoints::settle`] applies it.
     async fn decide(
-        &self,
+        self: &Arc<Self>,
         id: &str,
         r: Resolution,
         expired: bool,
@@ -109,11 +112,14 @@ impl Checkpoints {
             (event, e.info.session_id.clone(), option)
         };
         let result = self.store.append_wait(&session, event, true).await;
-        self.settle(id, r, option, expired, result)
+        let id = id.to_string();
+        // Settling may remove the session's marker and write the grants.
+        self.off_worker(move |c| c.settle(&id, r, option, expired, result))
+            .await?
     }
 
     /// Applies a decision whose event was appended (`result`): memory, the session's marker,
-    /// the grants, and then the waiters hear of it.
+    /// the grants, and then the waiters hear of it. Blocking.
     fn settle(
         &self,
         id: &str,
