@@ -45,7 +45,7 @@ pub(super) fn timeout_resolution(on_timeout: &str) -> Resolution {
 
 /// How long to sleep until `deadline`, at `now`.
 fn until(deadline: u64, now: u64) -> Duration {
-    Duration::from_millis(deadline - now)
+    Duration::from_millis(deadline.saturating_sub(now))
 }
 
 /// Applies the deadlines of `this` as they come, until it is dropped. `wake` is notified when
@@ -83,6 +83,12 @@ mod tests {
         assert_eq!(timeout_resolution("deny").decision, "reject");
         // Anything else is a deny.
         assert_eq!(timeout_resolution("").decision, "reject");
+    }
+
+    #[test]
+    fn a_deadline_just_passed_is_no_wait() {
+        assert_eq!(until(10, 20), Duration::ZERO);
+        assert_eq!(until(25, 20), Duration::from_millis(5));
     }
 
     /// Deadlines in a set; an expiry removes its deadline and notes it.
