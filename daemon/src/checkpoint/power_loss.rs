@@ -12,7 +12,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::{Checkpoints, NewRequest, Prepared, Resolution};
+use super::api::Checkpoints;
+use super::types::{NewRequest, Prepared, Resolution, default_options};
 use crate::hub::Hub;
 use crate::store::power_loss::{DATA, fail, new_disk, runtime, settings};
 use crate::store::{Ack, NewEventRaw, Store};
@@ -31,7 +32,7 @@ fn request(session: &str, key: &str) -> NewRequest {
         tool: Some("Bash".into()),
         input: Some(serde_json::json!({"command": format!("rm -rf {key}")})),
         summary: format!("run {key}"),
-        options: super::default_options(false),
+        options: default_options(false),
         // Nothing expires during a run: outcomes come from decisions only.
         timeout_ms: 3_600_000,
         on_timeout: None,
