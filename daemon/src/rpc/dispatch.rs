@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use dstream_sdk::RpcError;
-use dstream_sdk::protocol::codes;
+use dstream_sdk::protocol::{Method, codes};
 use serde_json::value::RawValue;
 use tokio::sync::OwnedSemaphorePermit;
 
@@ -23,13 +23,19 @@ pub async fn dispatch(
     charge: OwnedSemaphorePermit,
 ) -> Reply {
     let now = |r: RpcResult| Reply::Now(r);
+    let Ok(method) = method.parse::<Method>() else {
+        return now(Err(RpcError::new(
+            codes::METHOD_NOT_FOUND,
+            format!("unknown method {method:?}"),
+        )));
+    };
     let repaired: Option<Box<RawValue>>;
     let (raw, shape) = match storable::check(method, raw) {
         Ok(shape) => (raw, shape),
         // An agent's event is what the agent sent: what readers could not parse (a lone
         // surrogate, 1e999) is repaired rather than refused, so a tool call in it is still
         // decided instead of failing open.
-        Err(e) if method == "ingest" => {
+        Err(e) if method == Method::Ingest => {
             repaired = raw
                 .and_then(|r| crate::lossy_json::parse(r.get()))
                 .and_then(|(v, _)| serde_json::value::to_raw_value(&v).ok());
@@ -41,43 +47,94 @@ pub async fn dispatch(
         Err(e) => return now(Err(e)),
     };
     match method {
-        "append" => match append::append(state, caller, raw, id, charge).await {
+        Method::Append => match append::append(state, caller, raw, id, charge).await {
             Ok(reply) => reply,
             Err(e) => now(Err(e)),
         },
-        "hello" => now(admin::hello(state, caller)),
-        "read" => now(sessions::read(state, raw).await),
-        "subscribe" => match sessions::subscribe(state, caller, raw) {
+        Method::Hello => now(admin::hello(state, caller)),
+        Method::Read => now(sessions::read(state, raw).await),
+        Method::Subscribe => match sessions::subscribe(state, caller, raw) {
             Ok(sub) => Reply::Subscribed(sub),
             Err(e) => now(Err(e)),
         },
-        "unsubscribe" => now(sessions::unsubscribe(caller, raw)),
-        "sessions.list" => now(sessions::sessions_list(state)),
-        "sessions.get" => now(sessions::sessions_get(state, raw)),
-        "query" => now(sessions::query(state, raw).await),
-        "stats" => now(admin::stats(state)),
-        "repair" => now(admin::repair(state, raw).await),
-        "ingest" => match storable::charge_parse(state, shape, charge) {
+        Method::Unsubscribe => now(sessions::unsubscribe(caller, raw)),
+        Method::SessionsList => now(sessions::sessions_list(state)),
+        Method::SessionsGet => now(sessions::sessions_get(state, raw)),
+        Method::Query => now(sessions::query(state, raw).await),
+        Method::Stats => now(admin::stats(state)),
+        Method::Repair => now(admin::repair(state, raw).await),
+        Method::Ingest => match storable::charge_parse(state, shape, charge) {
             Ok(charge) => match append::ingest(state, caller, raw, id, charge).await {
                 Ok(reply) => reply,
                 Err(e) => now(Err(e)),
             },
             Err(e) => now(Err(e)),
         },
-        "relay.status" => now(admin::relay_status(state).await),
-        "relay.retry" => now(admin::relay_retry(state)),
-        "plugins.list" => now(admin::plugins(state)),
-        "checkpoint.request" => now(checkpoints::request(state, raw).await),
-        "checkpoint.resolve" => now(checkpoints::resolve(state, caller, raw).await),
-        "checkpoint.list" => now(checkpoints::list(state, raw).await),
-        "checkpoint.await" => match checkpoints::wait(state, caller, raw, id) {
+        Method::RelayStatus => now(admin::relay_status(state).await),
+        Method::RelayRetry => now(admin::relay_retry(state)),
+        Method::PluginsList => now(admin::plugins(state)),
+        Method::CheckpointRequest => now(checkpoints::request(state, raw).await),
+        Method::CheckpointResolve => now(checkpoints::resolve(state, caller, raw).await),
+        Method::CheckpointList => now(checkpoints::list(state, raw).await),
+        Method::CheckpointAwait => match checkpoints::wait(state, caller, raw, id) {
             Ok(reply) => reply,
             Err(e) => now(Err(e)),
         },
-        "plugins.reload" => now(admin::plugins_reload(state).await),
-        other => now(Err(RpcError::new(
-            codes::METHOD_NOT_FOUND,
-            format!("unknown method {other:?}"),
-        ))),
+        Method::PluginsReload => now(admin::plugins_reload(state).await),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::outbound::Outbound;
+    use dstream_sdk::protocol::PeerInfo;
+
+    /// A daemon's state on a fresh data directory, with no plugins and no relay.
+    async fn daemon(dir: &std::path::Path) -> Arc<DaemonState> {
+        let mut config = Config::default();
+        config.daemon.socket = dir.join("sock");
+        config.daemon.data_dir = dir.join("data");
+        config.plugins.dir = dir.join("plugins");
+        std::fs::create_dir_all(&config.plugins.dir).unwrap();
+        crate::server::start(config).await.unwrap().state
+    }
+
+    /// What `name` with empty params answers (`None`: answered later, or a subscription).
+    async fn call(state: &Arc<DaemonState>, caller: &mut Caller, name: &str) -> Option<RpcResult> {
+        let charge = state.memory.try_charge(1).unwrap();
+        let params = RawValue::from_string("{}".into()).unwrap();
+        let id = RawValue::from_string("1".into()).unwrap();
+        match dispatch(state, caller, name, Some(&params), Some(&id), charge).await {
+            Reply::Now(result) => Some(result),
+            Reply::Submitted | Reply::Subscribed(_) => None,
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_method_name_reaches_a_handler_and_no_other_name_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = daemon(dir.path()).await;
+        let (out, _frames) = Outbound::new(1 << 20);
+        let peer = PeerInfo {
+            uid: None,
+            gid: None,
+            pid: None,
+        };
+        let mut caller = Caller::new(peer, out);
+        for &method in Method::ALL {
+            // Empty params are wrong for many methods: any answer but "unknown method" shows
+            // the name reached its handler.
+            if let Some(Err(e)) = call(&state, &mut caller, method.as_str()).await {
+                assert_ne!(e.code, codes::METHOD_NOT_FOUND, "{method}: {e}");
+            }
+        }
+        for name in ["no.such.method", "", "Append", "relay", "checkpoint.await "] {
+            let e = call(&state, &mut caller, name).await.unwrap().unwrap_err();
+            assert_eq!(e.code, codes::METHOD_NOT_FOUND, "{name:?}");
+            assert_eq!(e.message, format!("unknown method {name:?}"));
+        }
+        state.store.shutdown().await;
     }
 }
