@@ -14,6 +14,9 @@ use crate::state::DaemonState;
 
 /// Carries out one request. `charge` is the request's share of the memory budget for
 /// clients: an append holds it until the event is committed, other methods until they return.
+///
+/// That every method's name reaches its handler is tested in `server`, which assembles a
+/// whole daemon (rpc does not reach up to it).
 pub async fn dispatch(
     state: &Arc<DaemonState>,
     caller: &mut Caller,
@@ -81,60 +84,5 @@ pub async fn dispatch(
             Err(e) => now(Err(e)),
         },
         Method::PluginsReload => now(admin::plugins_reload(state).await),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::Config;
-    use crate::outbound::Outbound;
-    use dstream_sdk::protocol::PeerInfo;
-
-    /// A daemon's state on a fresh data directory, with no plugins and no relay.
-    async fn daemon(dir: &std::path::Path) -> Arc<DaemonState> {
-        let mut config = Config::default();
-        config.daemon.socket = dir.join("sock");
-        config.daemon.data_dir = dir.join("data");
-        config.plugins.dir = dir.join("plugins");
-        std::fs::create_dir_all(&config.plugins.dir).unwrap();
-        crate::server::start(config).await.unwrap().state
-    }
-
-    /// What `name` with empty params answers (`None`: answered later, or a subscription).
-    async fn call(state: &Arc<DaemonState>, caller: &mut Caller, name: &str) -> Option<RpcResult> {
-        let charge = state.memory.try_charge(1).unwrap();
-        let params = RawValue::from_string("{}".into()).unwrap();
-        let id = RawValue::from_string("1".into()).unwrap();
-        match dispatch(state, caller, name, Some(&params), Some(&id), charge).await {
-            Reply::Now(result) => Some(result),
-            Reply::Submitted | Reply::Subscribed(_) => None,
-        }
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn every_method_name_reaches_a_handler_and_no_other_name_does() {
-        let dir = tempfile::tempdir().unwrap();
-        let state = daemon(dir.path()).await;
-        let (out, _frames) = Outbound::new(1 << 20);
-        let peer = PeerInfo {
-            uid: None,
-            gid: None,
-            pid: None,
-        };
-        let mut caller = Caller::new(peer, out);
-        for &method in Method::ALL {
-            // Empty params are wrong for many methods: any answer but "unknown method" shows
-            // the name reached its handler.
-            if let Some(Err(e)) = call(&state, &mut caller, method.as_str()).await {
-                assert_ne!(e.code, codes::METHOD_NOT_FOUND, "{method}: {e}");
-            }
-        }
-        for name in ["no.such.method", "", "Append", "relay", "checkpoint.await "] {
-            let e = call(&state, &mut caller, name).await.unwrap().unwrap_err();
-            assert_eq!(e.code, codes::METHOD_NOT_FOUND, "{name:?}");
-            assert_eq!(e.message, format!("unknown method {name:?}"));
-        }
-        state.store.shutdown().await;
     }
 }
