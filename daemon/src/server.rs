@@ -413,3 +413,67 @@ fn remove_socket(socket: &Path) {
     #[cfg(not(unix))]
     let _ = socket;
 }
+
+#[cfg(test)]
+mod tests {
+    use dstream_sdk::RpcError;
+    use dstream_sdk::protocol::{Method, PeerInfo, codes};
+    use serde_json::value::RawValue;
+
+    use super::*;
+    use crate::outbound::Outbound;
+    use crate::rpc::{Caller, Reply, dispatch};
+
+    /// A daemon's state on a fresh data directory, with no plugins and no relay.
+    async fn daemon(dir: &std::path::Path) -> Arc<DaemonState> {
+        let mut config = Config::default();
+        config.daemon.socket = dir.join("sock");
+        config.daemon.data_dir = dir.join("data");
+        config.plugins.dir = dir.join("plugins");
+        std::fs::create_dir_all(&config.plugins.dir).unwrap();
+        start(config).await.unwrap().state
+    }
+
+    /// What `name` with empty params answers (`None`: answered later, or a subscription).
+    async fn call(
+        state: &Arc<DaemonState>,
+        caller: &mut Caller,
+        name: &str,
+    ) -> Option<Result<Vec<u8>, RpcError>> {
+        let charge = state.memory.try_charge(1).unwrap();
+        let params = RawValue::from_string("{}".into()).unwrap();
+        let id = RawValue::from_string("1".into()).unwrap();
+        match dispatch(state, caller, name, Some(&params), Some(&id), charge).await {
+            Reply::Now(result) => Some(result),
+            Reply::Submitted | Reply::Subscribed(_) => None,
+        }
+    }
+
+    /// `rpc::dispatch` on a daemon started in-process: tested here rather than in `rpc`, which
+    /// may not reach up to the layer that assembles a daemon.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_method_name_reaches_a_handler_and_no_other_name_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = daemon(dir.path()).await;
+        let (out, _frames) = Outbound::new(1 << 20);
+        let peer = PeerInfo {
+            uid: None,
+            gid: None,
+            pid: None,
+        };
+        let mut caller = Caller::new(peer, out);
+        for &method in Method::ALL {
+            // Empty params are wrong for many methods: any answer but "unknown method" shows
+            // the name reached its handler.
+            if let Some(Err(e)) = call(&state, &mut caller, method.as_str()).await {
+                assert_ne!(e.code, codes::METHOD_NOT_FOUND, "{method}: {e}");
+            }
+        }
+        for name in ["no.such.method", "", "Append", "relay", "checkpoint.await "] {
+            let e = call(&state, &mut caller, name).await.unwrap().unwrap_err();
+            assert_eq!(e.code, codes::METHOD_NOT_FOUND, "{name:?}");
+            assert_eq!(e.message, format!("unknown method {name:?}"));
+        }
+        state.store.shutdown().await;
+    }
+}

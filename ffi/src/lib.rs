@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::Duration;
 
+use dstream_sdk::protocol::methods;
 use dstream_sdk::{Client, Error, NewEvent, SubscriptionItem};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -330,7 +331,7 @@ pub unsafe extern "C" fn ds_ingest(
         let source = unsafe { text(source, "source") }?;
         // SAFETY: the caller's contract.
         let raw = json_arg(unsafe { text(raw_json, "raw_json") }?, "raw_json")?;
-        let result = c.call("ingest", json!({"source": source, "event": raw}))?;
+        let result = c.call(methods::INGEST, json!({"source": source, "event": raw}))?;
         give(out_result_json, &result)
     })
 }
@@ -480,7 +481,7 @@ pub unsafe extern "C" fn ds_checkpoint_request(
         let c = client(c)?;
         // SAFETY: the caller's contract.
         let params = json_arg(unsafe { text(params_json, "params_json") }?, "params_json")?;
-        let cp = c.call("checkpoint.request", params)?;
+        let cp = c.call(methods::CHECKPOINT_REQUEST, params)?;
         give(out_checkpoint_json, &cp)
     })
 }
@@ -506,7 +507,7 @@ pub unsafe extern "C" fn ds_checkpoint_await(
         if timeout_ms > 0 {
             params["timeout_ms"] = json!(timeout_ms);
         }
-        let cp = c.call("checkpoint.await", params)?;
+        let cp = c.call(methods::CHECKPOINT_AWAIT, params)?;
         give(out_checkpoint_json, &cp)?;
         if cp.get("decision").is_none_or(Value::is_null) {
             return Err((
@@ -543,7 +544,7 @@ pub unsafe extern "C" fn ds_checkpoint_resolve(
             // SAFETY: the caller's contract.
             params["note"] = json!(unsafe { text(note, "note") }?);
         }
-        let cp = c.call("checkpoint.resolve", params)?;
+        let cp = c.call(methods::CHECKPOINT_RESOLVE, params)?;
         if out_checkpoint_json.is_null() {
             return Ok(());
         }

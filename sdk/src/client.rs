@@ -216,21 +216,22 @@ impl Client {
             event,
         })
         .map_err(|e| Error::Protocol(e.to_string()))?;
-        let rx = self.start_request("append", params, None)?;
+        let rx = self.start_request(methods::APPEND, params, None)?;
         Ok(async move {
             let value = rx.await.map_err(|_| Error::Closed)??;
-            serde_json::from_value(value).map_err(|e| Error::Protocol(format!("append: {e}")))
+            serde_json::from_value(value)
+                .map_err(|e| Error::Protocol(format!("{}: {e}", methods::APPEND)))
         })
     }
 
     pub async fn hello(&self) -> Result<HelloResult, Error> {
-        self.call("hello", &json!({})).await
+        self.call(methods::HELLO, &json!({})).await
     }
 
     /// Appends one event; returns once the daemon has made it durable (per its fsync policy).
     pub async fn append(&self, session_id: &str, event: NewEvent) -> Result<AppendResult, Error> {
         self.call(
-            "append",
+            methods::APPEND,
             &AppendParams {
                 session_id: session_id.into(),
                 event,
@@ -251,7 +252,7 @@ impl Client {
             from_lsn: Some(from_lsn),
             limit,
         };
-        self.call("read", &params).await
+        self.call(methods::READ, &params).await
     }
 
     /// Replays the session from `from_lsn`, then follows it live, gap-free.
@@ -262,7 +263,9 @@ impl Client {
             from_lsn: Some(from_lsn),
         })
         .map_err(|e| Error::Protocol(e.to_string()))?;
-        let result = self.send_request("subscribe", params, Some(tx)).await?;
+        let result = self
+            .send_request(methods::SUBSCRIBE, params, Some(tx))
+            .await?;
         let result: SubscribeResult =
             serde_json::from_value(result).map_err(|e| Error::Protocol(e.to_string()))?;
         Ok(Subscription {
@@ -273,13 +276,13 @@ impl Client {
     }
 
     pub async fn sessions(&self) -> Result<Vec<SessionInfo>, Error> {
-        let r: SessionsListResult = self.call("sessions.list", &json!({})).await?;
+        let r: SessionsListResult = self.call(methods::SESSIONS_LIST, &json!({})).await?;
         Ok(r.sessions)
     }
 
     pub async fn session(&self, session_id: &str) -> Result<SessionInfo, Error> {
         self.call(
-            "sessions.get",
+            methods::SESSIONS_GET,
             &SessionsGetParams {
                 session_id: session_id.into(),
             },
@@ -288,14 +291,14 @@ impl Client {
     }
 
     pub async fn query(&self, params: &QueryParams) -> Result<QueryResult, Error> {
-        self.call("query", params).await
+        self.call(methods::QUERY, params).await
     }
 
     /// Repairs a quarantined session: moves the damage aside, keeps every valid record, and
     /// reopens it for appends above every LSN it ever handed out.
     pub async fn repair(&self, session_id: &str) -> Result<RepairResult, Error> {
         self.call(
-            "repair",
+            methods::REPAIR,
             &RepairParams {
                 session_id: session_id.into(),
             },
@@ -304,7 +307,7 @@ impl Client {
     }
 
     pub async fn stats(&self) -> Result<StatsResult, Error> {
-        self.call("stats", &json!({})).await
+        self.call(methods::STATS, &json!({})).await
     }
 
     /// Opens a checkpoint (or finds the one `params.key` already has) once it is durable.
@@ -312,7 +315,7 @@ impl Client {
         &self,
         params: &CheckpointRequestParams,
     ) -> Result<CheckpointInfo, Error> {
-        self.call("checkpoint.request", params).await
+        self.call(methods::CHECKPOINT_REQUEST, params).await
     }
 
     /// Waits until the checkpoint is decided (or `timeout_ms` passes: then still pending).
@@ -320,7 +323,7 @@ impl Client {
         &self,
         params: &CheckpointAwaitParams,
     ) -> Result<CheckpointInfo, Error> {
-        self.call("checkpoint.await", params).await
+        self.call(methods::CHECKPOINT_AWAIT, params).await
     }
 
     /// Decides a checkpoint; the first decision wins, a later one is an error naming it.
@@ -328,7 +331,7 @@ impl Client {
         &self,
         params: &CheckpointResolveParams,
     ) -> Result<CheckpointInfo, Error> {
-        self.call("checkpoint.resolve", params).await
+        self.call(methods::CHECKPOINT_RESOLVE, params).await
     }
 
     pub async fn checkpoint_list(
@@ -343,7 +346,7 @@ impl Client {
         &self,
         params: &CheckpointListParams,
     ) -> Result<CheckpointListResult, Error> {
-        self.call("checkpoint.list", params).await
+        self.call(methods::CHECKPOINT_LIST, params).await
     }
 }
 
@@ -370,7 +373,7 @@ impl Subscription {
         let params = UnsubscribeParams {
             subscription: self.id.clone(),
         };
-        let _: Value = self.client.call("unsubscribe", &params).await?;
+        let _: Value = self.client.call(methods::UNSUBSCRIBE, &params).await?;
         Ok(())
     }
 }
@@ -622,7 +625,9 @@ mod tests {
             }
         }
         // The connection stays usable.
-        let hello = within(client.call_raw("hello", json!({}))).await.unwrap();
+        let hello = within(client.call_raw(methods::HELLO, json!({})))
+            .await
+            .unwrap();
         assert_eq!(hello, json!({"ok": true}));
 
         // Every request frame starts with the version, then the id.

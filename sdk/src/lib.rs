@@ -2,7 +2,8 @@
 //!
 //! - [`event`]: the stored event envelope ([`Event`]) and what a client sends to append one
 //!   ([`NewEvent`]), plus the session-id rules shared with the daemon.
-//! - [`protocol`]: the JSON-RPC 2.0 wire types, method parameters and results, and error codes.
+//! - [`protocol`]: the JSON-RPC 2.0 wire types, method names, parameters and results, and error
+//!   codes.
 //! - [`Client`]: an async (tokio) client over the daemon's local socket.
 //! - [`blocking::Client`]: the same API for synchronous callers.
 //! - [`socket`]: where the daemon's socket lives by default.

@@ -5,7 +5,8 @@
 //! `event`, `caught_up`, `lagged`, `heartbeat` and `error`, each with a `subscription` field
 //! (see [`notifications`]).
 //!
-//! Method names and the shapes below are stable; new optional fields may be added.
+//! Method names ([`methods`], [`Method`]) and the shapes below are stable; new optional fields
+//! may be added.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -62,6 +63,99 @@ pub mod codes {
     /// This connection holds its limit of subscriptions or waiting `checkpoint.await`s.
     pub const CONNECTION_LIMIT: i64 = -32015;
 }
+
+/// Declares the method names once: a constant each in [`methods`], and the [`Method`] enum
+/// with its name, parsing and the list of all of them, so that none can be left out of one.
+macro_rules! methods {
+    ($($(#[$doc:meta])* $variant:ident = $konst:ident = $name:literal;)*) => {
+        /// The name of each method the daemon answers, as sent in a request's `method`.
+        pub mod methods {
+            $($(#[$doc])* pub const $konst: &str = $name;)*
+        }
+
+        /// A method the daemon answers. Its name on the wire is [`Method::as_str`]; a name
+        /// parses back with [`str::parse`].
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Method {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl Method {
+            /// Every method, in the order declared.
+            pub const ALL: &[Method] = &[$(Method::$variant),*];
+
+            /// The method's name on the wire.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(Method::$variant => methods::$konst,)*
+                }
+            }
+        }
+
+        impl std::str::FromStr for Method {
+            type Err = UnknownMethod;
+
+            fn from_str(name: &str) -> Result<Method, UnknownMethod> {
+                match name {
+                    $(methods::$konst => Ok(Method::$variant),)*
+                    _ => Err(UnknownMethod(name.to_string())),
+                }
+            }
+        }
+    };
+}
+
+methods! {
+    /// `hello`: who the daemon is, its limits, and who it sees calling.
+    Hello = HELLO = "hello";
+    /// `append`: stores one event in a session.
+    Append = APPEND = "append";
+    /// `read`: a page of a session's events from an LSN on.
+    Read = READ = "read";
+    /// `subscribe`: replays a session, then follows it live.
+    Subscribe = SUBSCRIBE = "subscribe";
+    /// `unsubscribe`: ends a subscription of this connection.
+    Unsubscribe = UNSUBSCRIBE = "unsubscribe";
+    /// `sessions.list`: every session.
+    SessionsList = SESSIONS_LIST = "sessions.list";
+    /// `sessions.get`: one session.
+    SessionsGet = SESSIONS_GET = "sessions.get";
+    /// `query`: events across sessions, filtered.
+    Query = QUERY = "query";
+    /// `repair`: moves a quarantined session's damage aside and reopens it.
+    Repair = REPAIR = "repair";
+    /// `stats`: the daemon's counters.
+    Stats = STATS = "stats";
+    /// `ingest`: a raw agent event, through the plugin pipeline.
+    Ingest = INGEST = "ingest";
+    /// `relay.status`: the relay's state, per session.
+    RelayStatus = RELAY_STATUS = "relay.status";
+    /// `relay.retry`: the relay tries every stream again now.
+    RelayRetry = RELAY_RETRY = "relay.retry";
+    /// `plugins.list`: the plugins loaded and the files that failed.
+    PluginsList = PLUGINS_LIST = "plugins.list";
+    /// `plugins.reload`: loads the plugin folder again.
+    PluginsReload = PLUGINS_RELOAD = "plugins.reload";
+    /// `checkpoint.request`: opens a checkpoint.
+    CheckpointRequest = CHECKPOINT_REQUEST = "checkpoint.request";
+    /// `checkpoint.await`: waits for a checkpoint's decision.
+    CheckpointAwait = CHECKPOINT_AWAIT = "checkpoint.await";
+    /// `checkpoint.resolve`: decides a checkpoint.
+    CheckpointResolve = CHECKPOINT_RESOLVE = "checkpoint.resolve";
+    /// `checkpoint.list`: checkpoints, by state and session.
+    CheckpointList = CHECKPOINT_LIST = "checkpoint.list";
+}
+
+impl std::fmt::Display for Method {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A method name the daemon does not answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown method {0:?}")]
+pub struct UnknownMethod(pub String);
 
 /// A request frame as the client sends it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -747,4 +841,40 @@ pub struct RedactionStatus {
     pub micros: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_failure: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_method_round_trips_through_its_name() {
+        for &m in Method::ALL {
+            assert_eq!(m.as_str().parse::<Method>(), Ok(m), "{m:?}");
+            assert_eq!(m.to_string(), m.as_str());
+        }
+        let mut names: Vec<&str> = Method::ALL.iter().map(|m| m.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Method::ALL.len(), "two methods share a name");
+        assert_eq!(Method::Append.as_str(), methods::APPEND);
+        assert_eq!(methods::CHECKPOINT_AWAIT, "checkpoint.await");
+    }
+
+    #[test]
+    fn unknown_names_are_refused() {
+        for name in [
+            "",
+            "no.such.method",
+            "Append",
+            "append ",
+            " hello",
+            "sessions",
+            "relay.",
+        ] {
+            let e = name.parse::<Method>().unwrap_err();
+            assert_eq!(e, UnknownMethod(name.to_string()));
+            assert_eq!(e.to_string(), format!("unknown method {name:?}"));
+        }
+    }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, bail};
 use clap::Args;
-use dstream_sdk::protocol::{AppendResult, QueryParams};
+use dstream_sdk::protocol::{AppendResult, QueryParams, methods};
 use dstream_sdk::{Client, Event, NewEvent, SubscriptionItem};
 use serde::Deserialize;
 use tokio::sync::mpsc;
@@ -396,7 +396,9 @@ pub struct StatsArgs {
 pub fn stats(args: StatsArgs) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
         let client = connect(&args.opts).await?;
-        let stats = client.call_raw("stats", serde_json::json!({})).await?;
+        let stats = client
+            .call_raw(methods::STATS, serde_json::json!({}))
+            .await?;
         if args.opts.json {
             print_json(&stats)?;
             return Ok(ExitCode::SUCCESS);

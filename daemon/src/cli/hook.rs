@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, ValueEnum};
 use dstream_sdk::protocol::{
     CheckpointAwaitParams, CheckpointInfo, DEFAULT_MAX_FRAME_BYTES, Decision, HelloResult,
-    IngestParams, IngestResult, RpcError, codes,
+    IngestParams, IngestResult, RpcError, codes, methods,
 };
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -637,7 +637,7 @@ fn exchange(
             session_id: session_id.clone(),
             reply_by_ms: Some(reply_by_ms),
         };
-        match conn.call("ingest", &params)? {
+        match conn.call(methods::INGEST, &params)? {
             Ok(result) => {
                 let mut result: IngestResult =
                     serde_json::from_value(result).map_err(|e| Failure::BadReply(e.to_string()))?;
@@ -656,7 +656,7 @@ fn exchange(
             // event to fit and send it once more.
             Err(e) if e.code == codes::FRAME_TOO_LARGE && !asked_limit => {
                 asked_limit = true;
-                let hello: HelloResult = match conn.call("hello", &json!({}))? {
+                let hello: HelloResult = match conn.call(methods::HELLO, &json!({}))? {
                     Ok(v) => serde_json::from_value(v).map_err(|_| Failure::Rpc(e.clone()))?,
                     Err(_) => return Err(Failure::Rpc(e)),
                 };
@@ -699,7 +699,7 @@ fn await_decision(
                 }
             },
         };
-        match c.call("checkpoint.await", &params) {
+        match c.call(methods::CHECKPOINT_AWAIT, &params) {
             Ok(Ok(v)) => {
                 let info: CheckpointInfo =
                     serde_json::from_value(v).map_err(|e| Failure::BadReply(e.to_string()))?;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use dstream_daemon::Config;
-use dstream_sdk::protocol::{PluginInfo, PluginsListResult};
+use dstream_sdk::protocol::{PluginInfo, PluginsListResult, methods};
 
 use super::ClientOpts;
 use super::client_cmds::{connect, print_json, runtime};
@@ -76,8 +76,8 @@ pub fn run(args: PluginsArgs) -> anyhow::Result<ExitCode> {
         }
         PluginsCommand::List | PluginsCommand::Reload => {
             let method = match args.command {
-                PluginsCommand::Reload => "plugins.reload",
-                _ => "plugins.list",
+                PluginsCommand::Reload => methods::PLUGINS_RELOAD,
+                _ => methods::PLUGINS_LIST,
             };
             let list: PluginsListResult = runtime()?.block_on(async {
                 let client = connect(&args.opts).await?;

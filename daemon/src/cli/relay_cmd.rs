@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use dstream_sdk::protocol::{RelayStatusResult, RelayStreamStatus};
+use dstream_sdk::protocol::{RelayStatusResult, RelayStreamStatus, methods};
 
 use super::ClientOpts;
 use super::client_cmds::{connect, print_json, runtime};
@@ -39,7 +39,7 @@ fn retry(opts: &ClientOpts) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
         let client = connect(opts).await?;
         let value = client
-            .call_raw("relay.retry", serde_json::json!({}))
+            .call_raw(methods::RELAY_RETRY, serde_json::json!({}))
             .await?;
         if opts.json {
             print_json(&value)?;
@@ -56,7 +56,7 @@ fn status(opts: &ClientOpts) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
         let client = connect(opts).await?;
         let value = client
-            .call_raw("relay.status", serde_json::json!({}))
+            .call_raw(methods::RELAY_STATUS, serde_json::json!({}))
             .await?;
         if opts.json {
             print_json(&value)?;

@@ -11,9 +11,8 @@ use dstream_sdk::protocol::{
 };
 use serde_json::value::RawValue;
 
-use super::{
-    Caller, Reply, RpcResult, check_session_id, params, reply_frame, store_error, to_json,
-};
+use super::caller::Caller;
+use super::wire::{Reply, RpcResult, check_session_id, params, reply_frame, store_error, to_json};
 use crate::checkpoint::{self, CheckpointError, NewRequest, Prepared, Resolution, policy};
 use crate::config::OnTimeout;
 use crate::state::DaemonState;

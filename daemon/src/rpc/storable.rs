@@ -4,7 +4,7 @@
 //! values (and Lua tables) far bigger than its text, is charged for that before it is parsed.
 
 use dstream_sdk::RpcError;
-use dstream_sdk::protocol::codes;
+use dstream_sdk::protocol::{Method, codes};
 use serde_json::value::RawValue;
 use tokio::sync::OwnedSemaphorePermit;
 
@@ -17,10 +17,10 @@ use crate::state::DaemonState;
 pub const PARSED_VALUE_BYTES: usize = 512;
 
 /// Checks the params of a method that stores client JSON; the shape of what it stores.
-pub fn check(method: &str, raw: Option<&RawValue>) -> Result<Shape, RpcError> {
+pub fn check(method: Method, raw: Option<&RawValue>) -> Result<Shape, RpcError> {
     let stores = matches!(
         method,
-        "append" | "ingest" | "checkpoint.request" | "checkpoint.resolve"
+        Method::Append | Method::Ingest | Method::CheckpointRequest | Method::CheckpointResolve
     );
     let Some(raw) = raw.filter(|_| stores) else {
         return Ok(Shape::default());
