@@ -10,8 +10,7 @@ use clap::Args;
 use dstream_sdk::protocol::{CheckpointInfo, CheckpointListParams, CheckpointResolveParams, codes};
 use dstream_sdk::{Client, Error};
 
-use super::ClientOpts;
-use super::client_cmds::{connect, print_json, runtime};
+use super::client::{ClientOpts, connect, print_json, runtime};
 use super::output;
 
 #[derive(Args)]

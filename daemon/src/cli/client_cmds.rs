@@ -9,36 +9,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{anyhow, bail};
 use clap::Args;
 use dstream_sdk::protocol::{AppendResult, QueryParams, methods};
-use dstream_sdk::{Client, Event, NewEvent, SubscriptionItem};
+use dstream_sdk::{Event, NewEvent, SubscriptionItem};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 
-use super::ClientOpts;
+use super::client::{ClientOpts, connect, print_json, runtime};
 use super::output;
 
 /// Appends in flight at once for `dstream append`.
 const APPEND_WINDOW: usize = 256;
-
-pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?)
-}
-
-pub async fn connect(opts: &ClientOpts) -> anyhow::Result<Client> {
-    let path = opts
-        .socket
-        .clone()
-        .unwrap_or_else(dstream_sdk::socket::default_socket_path);
-    Ok(Client::connect(path).await?)
-}
-
-pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
-    serde_json::to_writer(&mut out, value)?;
-    writeln!(out)?;
-    Ok(())
-}
 
 #[derive(Args)]
 pub struct AppendArgs {
@@ -442,7 +421,7 @@ pub fn stats(args: StatsArgs) -> anyhow::Result<ExitCode> {
             println!("plugins:");
             for p in plugins {
                 if let Ok(info) = serde_json::from_value(p.clone()) {
-                    super::plugins_cmd::print_plugin(&info);
+                    output::print_plugin(&info);
                 }
             }
         }

@@ -26,9 +26,8 @@ use ratatui::style::{Modifier, Style};
 use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, Paragraph, Row, Table, TableState, Wrap};
 
-use super::ClientOpts;
 use super::checkpoint_cmds::resolve_retrying;
-use super::client_cmds::{connect, runtime};
+use super::client::{ClientOpts, connect, runtime};
 use super::output;
 use dstream_daemon::util::time::now_ms;
 

@@ -1,6 +1,7 @@
 //! Command-line interface: argument definitions and dispatch.
 
 mod checkpoint_cmds;
+mod client;
 mod client_cmds;
 mod daemon_cmd;
 mod hook;
@@ -24,17 +25,6 @@ use clap::{Args, Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
-}
-
-/// `--socket` and `--json`, shared by every client command.
-#[derive(Args, Clone)]
-pub struct ClientOpts {
-    /// Socket of the daemon [default: $DSTREAM_SOCKET, else $XDG_RUNTIME_DIR/dstream/dstream.sock, else ~/.dstream/dstream.sock]
-    #[arg(long, global = true)]
-    pub socket: Option<PathBuf>,
-    /// Print JSON (one object per line) instead of text.
-    #[arg(long, global = true)]
-    pub json: bool,
 }
 
 #[derive(Subcommand)]

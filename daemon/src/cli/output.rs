@@ -56,3 +56,27 @@ pub fn event_line(e: &Event, with_session: bool) -> String {
         e.actor.as_deref().unwrap_or("-"),
     )
 }
+
+pub fn print_plugin(p: &dstream_sdk::protocol::PluginInfo) {
+    let per_call = if p.calls == 0 {
+        "-".to_string()
+    } else {
+        format!("{:.1}", p.micros as f64 / p.calls as f64)
+    };
+    println!(
+        "{:<18} {:<9} {:<22} {:>8} {:>7} {:>9}  {}",
+        p.name,
+        p.state,
+        p.hooks.join(","),
+        p.calls,
+        p.errors,
+        per_call,
+        p.origin
+    );
+    if !p.sources.is_empty() {
+        println!("{:<18} maps {}", "", p.sources.join(", "));
+    }
+    if let Some(e) = &p.error {
+        println!("{:<18} {e}", "");
+    }
+}

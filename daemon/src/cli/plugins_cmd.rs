@@ -5,10 +5,10 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use dstream_daemon::Config;
-use dstream_sdk::protocol::{PluginInfo, PluginsListResult, methods};
+use dstream_sdk::protocol::{PluginsListResult, methods};
 
-use super::ClientOpts;
-use super::client_cmds::{connect, print_json, runtime};
+use super::client::{ClientOpts, connect, print_json, runtime};
+use super::output::print_plugin;
 
 #[derive(Args)]
 pub struct PluginsArgs {
@@ -121,29 +121,5 @@ fn print_list(list: &PluginsListResult) {
         if let Some(why) = &r.last_failure {
             println!("error: redaction failed, the event's content was withheld: {why}");
         }
-    }
-}
-
-pub fn print_plugin(p: &PluginInfo) {
-    let per_call = if p.calls == 0 {
-        "-".to_string()
-    } else {
-        format!("{:.1}", p.micros as f64 / p.calls as f64)
-    };
-    println!(
-        "{:<18} {:<9} {:<22} {:>8} {:>7} {:>9}  {}",
-        p.name,
-        p.state,
-        p.hooks.join(","),
-        p.calls,
-        p.errors,
-        per_call,
-        p.origin
-    );
-    if !p.sources.is_empty() {
-        println!("{:<18} maps {}", "", p.sources.join(", "));
-    }
-    if let Some(e) = &p.error {
-        println!("{:<18} {e}", "");
     }
 }

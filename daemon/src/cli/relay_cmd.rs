@@ -6,8 +6,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use dstream_sdk::protocol::{RelayStatusResult, RelayStreamStatus, methods};
 
-use super::ClientOpts;
-use super::client_cmds::{connect, print_json, runtime};
+use super::client::{ClientOpts, connect, print_json, runtime};
 use super::output;
 
 #[derive(Args)]

@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value as Json, json};
 
-use super::{Call, Hooks, Input, Limits, PluginError, PluginMeta, Shared, native};
+use super::contract::{Call, Hooks, Input, Limits, PluginError, PluginMeta, Shared};
+use super::native;
 
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
@@ -203,7 +204,7 @@ struct Keeper {
 impl Keeper {
     fn serve(&mut self, rx: &Receiver<Call>, shared: &Shared) {
         let name = self.name.clone();
-        super::serve_calls(rx, shared, &name, |hook, input| self.run(hook, input));
+        super::contract::serve_calls(rx, shared, &name, |hook, input| self.run(hook, input));
     }
 
     fn run(&mut self, hook: Hooks, input: Input) -> Result<Vec<Json>, PluginError> {

@@ -29,9 +29,9 @@ use mlua::chunk::ChunkMode;
 use mlua::{Function, HookTriggers, Lua, LuaOptions, LuaSerdeExt, StdLib, Table, Value, VmState};
 use serde_json::Value as Json;
 
+use super::contract::{Call, Hooks, Limits, PluginError, PluginMeta, Reply, Shared};
 use super::lua_patterns;
 use super::luajson;
-use super::{Call, Hooks, Limits, PluginError, PluginMeta, Reply, Shared};
 
 /// Instructions between two checks of the budget and the deadline.
 const CHECK_EVERY: u32 = 1000;
@@ -291,13 +291,13 @@ impl Host {
 
     fn serve(self, rx: Receiver<Call>, shared: &Shared) {
         let name = self.meta.name.clone();
-        super::serve_calls(&rx, shared, &name, |hook, input| self.run(hook, input));
+        super::contract::serve_calls(&rx, shared, &name, |hook, input| self.run(hook, input));
     }
 
-    fn run(&self, hook: Hooks, input: super::Input) -> Result<Vec<Json>, PluginError> {
+    fn run(&self, hook: Hooks, input: super::contract::Input) -> Result<Vec<Json>, PluginError> {
         let given = match &input {
-            super::Input::Map { raw, .. } => luajson::cost(raw),
-            super::Input::Event(event) => luajson::cost(event),
+            super::contract::Input::Map { raw, .. } => luajson::cost(raw),
+            super::contract::Input::Event(event) => luajson::cost(event),
         };
         // One frame's worth, plus room for a filter that returns what it was given, grown.
         *self.output.lock().unwrap() = Output {
@@ -323,12 +323,17 @@ impl Host {
         result.map_err(|e| PluginError::Call(clean_error(&e)))
     }
 
-    fn call(&self, hook: Hooks, f: &Function, input: super::Input) -> mlua::Result<Vec<Json>> {
+    fn call(
+        &self,
+        hook: Hooks,
+        f: &Function,
+        input: super::contract::Input,
+    ) -> mlua::Result<Vec<Json>> {
         let to_lua = |v: &Json| luajson::to_lua(&self.lua, v);
         match (hook, input) {
             (
                 Hooks::MAP,
-                super::Input::Map {
+                super::contract::Input::Map {
                     raw,
                     source,
                     session_id,
@@ -339,10 +344,10 @@ impl Host {
                 ctx.set("session_id", session_id)?;
                 f.call::<()>((to_lua(&raw)?, self.emit.clone(), ctx))?;
             }
-            (Hooks::PROCESS, super::Input::Event(event)) => {
+            (Hooks::PROCESS, super::contract::Input::Event(event)) => {
                 f.call::<()>((to_lua(&event)?, self.emit.clone()))?;
             }
-            (Hooks::DECIDE, super::Input::Event(event)) => {
+            (Hooks::DECIDE, super::contract::Input::Event(event)) => {
                 let verdict: Value = f.call(to_lua(&event)?)?;
                 let verdict = match verdict {
                     Value::Nil => Json::Null,
@@ -357,11 +362,11 @@ impl Host {
                 };
                 return Ok(vec![verdict]);
             }
-            (Hooks::ON_EVENT, super::Input::Event(event)) => {
+            (Hooks::ON_EVENT, super::contract::Input::Event(event)) => {
                 f.call::<()>(to_lua(&event)?)?;
             }
             // `relay(event)`: the event to send (changed or not), or nil to keep it local.
-            (Hooks::RELAY, super::Input::Event(event)) => {
+            (Hooks::RELAY, super::contract::Input::Event(event)) => {
                 return match f.call::<Value>(to_lua(&event)?)? {
                     Value::Nil => Ok(Vec::new()),
                     Value::Table(t) => Ok(vec![self.read_back(Value::Table(t))?]),
@@ -669,7 +674,7 @@ pub fn wait(rx: &Receiver<Reply>, limits: &Limits) -> Option<Reply> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::Input;
+    use crate::plugins::contract::Input;
 
     fn limits() -> Limits {
         Limits {

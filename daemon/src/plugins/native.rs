@@ -22,7 +22,7 @@ use std::sync::mpsc::{self, Receiver, SyncSender};
 
 use serde_json::{Value as Json, json};
 
-use super::{Call, Hooks, Input, Limits, PluginError, PluginMeta, Shared};
+use super::contract::{Call, Hooks, Input, Limits, PluginError, PluginMeta, Shared};
 
 /// The ABI version this daemon speaks.
 pub const ABI_VERSION: u32 = 1;
@@ -344,7 +344,7 @@ fn shutdown(loaded: &Local) {
 
 fn serve(loaded: &Local, rx: &Receiver<Call>, shared: &Shared) {
     PLUGIN_NAME.with(|n| *n.borrow_mut() = loaded.meta.name.clone());
-    super::serve_calls(rx, shared, &loaded.meta.name, |hook, input| {
+    super::contract::serve_calls(rx, shared, &loaded.meta.name, |hook, input| {
         run(loaded, hook, input)
     });
 }

@@ -27,9 +27,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{json, value::to_raw_value};
 
-use super::Shared;
 use super::page;
 use super::remote::{CreateOutcome, ReadOutcome};
+use super::shared::Shared;
 use super::signing::ControlMessage;
 use crate::checkpoint::{CheckpointError, Resolution};
 use crate::util::backoff::Backoff;

@@ -18,11 +18,12 @@ mod control;
 pub mod ledger;
 mod page;
 mod remote;
+mod settings;
+mod shared;
 pub mod signing;
 mod stream;
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -32,19 +33,11 @@ use crate::checkpoint::Checkpoints;
 use crate::config::RelayConfig;
 use crate::hub::{Hub, Lagged};
 use crate::store::Store;
-use crate::util::glob::glob_match;
 use dstream_sdk::protocol::{RelayStatusResult, RelayStreamStatus, RelayTotals};
 use ledger::LedgerDir;
-use remote::Remote;
+use settings::Settings;
+use shared::{Shared, State, Status, Streams, Totals, relayable};
 
-/// Stream entries kept for `relay status` once their task has ended; the oldest go first.
-const MAX_IDLE_ENTRIES: usize = 4096;
-/// Streams with a task at once (each may hold a long-poll on its control stream); more
-/// sessions with work wait their turn, so a backlog of 100,000 sessions costs a queue entry
-/// each, not a task.
-const MAX_RUNNING: usize = 256;
-/// Idle entries beyond the cap before they are trimmed (in one pass).
-const EVICT_SLACK: usize = 1024;
 /// Sessions `relay status` reports from their ledgers when the relay has not touched them.
 const MAX_STATUS_FROM_LEDGERS: usize = 1000;
 
@@ -59,163 +52,6 @@ impl Drop for Relay {
     /// daemon state, as in-process daemons and their tests expect.
     fn drop(&mut self) {
         self.stop_tasks();
-    }
-}
-
-/// The settings in force, rebuilt whenever the configuration changes.
-pub(crate) struct Settings {
-    pub config: RelayConfig,
-    /// Bumped on every change: a stream that failed for good retries on the next one.
-    pub generation: u64,
-    /// `None` while the relay is off or cannot run (`error` says why).
-    pub remote: Option<Remote>,
-    /// `{url}/{prefix}`: a ledger belongs to one target.
-    pub target: String,
-    pub error: Option<String>,
-    /// The HMAC key that signs remote decisions; `None`: none are accepted (nor read).
-    pub approval_key: Option<Vec<u8>>,
-}
-
-impl Settings {
-    fn build(config: &RelayConfig, generation: u64) -> Settings {
-        let mut s = Settings {
-            config: config.clone(),
-            generation,
-            remote: None,
-            target: String::new(),
-            error: None,
-            approval_key: None,
-        };
-        if !config.enabled() {
-            return s;
-        }
-        let token = if config.token_env.is_empty() {
-            None
-        } else {
-            match std::env::var(&config.token_env) {
-                Ok(t) if !t.is_empty() => Some(t),
-                _ => {
-                    s.error = Some(format!(
-                        "the environment variable {} (relay.token_env) is not set",
-                        config.token_env
-                    ));
-                    return s;
-                }
-            }
-        };
-        if !config.approval_key_env.is_empty() {
-            match std::env::var(&config.approval_key_env) {
-                Ok(k) if !k.is_empty() => s.approval_key = Some(k.into_bytes()),
-                _ => tracing::warn!(
-                    var = %config.approval_key_env,
-                    "relay.approval_key_env names an unset variable: remote decisions are off"
-                ),
-            }
-        }
-        let prefix = config.prefix();
-        s.target = format!("{}/{prefix}", config.url.trim().trim_end_matches('/'));
-        match Remote::new(&config.url, &prefix, token, format!("dstream:{prefix}")) {
-            Ok(r) => s.remote = Some(r),
-            Err(e) => s.error = Some(e),
-        }
-        s
-    }
-}
-
-pub(crate) struct Shared {
-    store: Store,
-    checkpoints: Arc<Checkpoints>,
-    /// The plugins whose `relay` function sees (and may change or keep back) what is sent.
-    plugins: watch::Receiver<Arc<crate::plugins::PluginSet>>,
-    hub: Arc<Hub>,
-    ledgers: LedgerDir,
-    settings: watch::Sender<Arc<Settings>>,
-    streams: Mutex<Streams>,
-    /// Told when a session waits for a task: an idle stream gives its task up.
-    slot_wanted: Notify,
-    /// Batches in flight across all streams.
-    permits: Semaphore,
-    totals: Totals,
-}
-
-#[derive(Default)]
-struct Totals {
-    events_sent: AtomicU64,
-    bytes_sent: AtomicU64,
-    batches: AtomicU64,
-    retries: AtomicU64,
-}
-
-/// The streams the relay knows of, and which of them have a task.
-#[derive(Default)]
-struct Streams {
-    map: HashMap<Arc<str>, Entry>,
-    /// Entries with a task now (at most [`MAX_RUNNING`]).
-    running: usize,
-    /// Sessions with work waiting for a task, oldest first.
-    waiting: std::collections::VecDeque<Arc<str>>,
-}
-
-impl std::ops::Deref for Streams {
-    type Target = HashMap<Arc<str>, Entry>;
-    fn deref(&self) -> &Self::Target {
-        &self.map
-    }
-}
-
-impl std::ops::DerefMut for Streams {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.map
-    }
-}
-
-struct Entry {
-    status: Status,
-    running: bool,
-    /// In `waiting`.
-    queued: bool,
-    /// The configuration generation it failed under: not restarted until it changes.
-    failed_in: Option<u64>,
-    task: Option<tokio::task::AbortHandle>,
-    wake: Arc<Notify>,
-}
-
-/// One stream as `relay status` shows it.
-#[derive(Debug, Clone)]
-pub(crate) struct Status {
-    pub local_lsn: u64,
-    pub acked_lsn: u64,
-    pub state: State,
-    pub bytes_sent: u64,
-    pub touched: Instant,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum State {
-    /// Caught up, following new events.
-    Live,
-    CatchingUp,
-    BackingOff {
-        until_ms: u64,
-        reason: String,
-    },
-    /// Stopped until the configuration changes.
-    Failed {
-        reason: String,
-    },
-    /// The session ended and its remote stream is closed.
-    Closed,
-}
-
-impl State {
-    fn name(&self) -> &'static str {
-        match self {
-            State::Live => "live",
-            State::CatchingUp => "catching_up",
-            State::BackingOff { .. } => "backing_off",
-            State::Failed { .. } => "failed",
-            State::Closed => "closed",
-        }
     }
 }
 
@@ -235,6 +71,9 @@ impl Relay {
             tracing::error!(error = %e, "the relay cannot run");
         }
         let shared = Arc::new(Shared {
+            run_stream: |shared, session, wake| {
+                tokio::spawn(stream::run(shared, session, wake)).abort_handle()
+            },
             store,
             checkpoints,
             plugins,
@@ -406,12 +245,6 @@ fn stream_status(session: &str, s: &Status, now_ms: u64) -> RelayStreamStatus {
     }
 }
 
-/// Whether a session is relayed: it matches `[relay] sessions`, and its name cannot be
-/// mistaken for another session's control stream.
-fn relayable(pattern: &str, session: &str) -> bool {
-    !session.ends_with(".control") && glob_match(pattern, session, false)
-}
-
 /// Follows the committed events to learn which sessions grew, and starts their streams.
 /// Holds the relay only weakly while it is off, so a daemon state dropped with the relay off
 /// releases everything at once.
@@ -449,217 +282,5 @@ async fn dispatch(
                 }
             }
         }
-    }
-}
-
-impl Shared {
-    fn settings(&self) -> Arc<Settings> {
-        self.settings.borrow().clone()
-    }
-
-    /// A session committed `lsn`: make sure its stream runs.
-    fn committed(self: &Arc<Self>, session: &Arc<str>, lsn: u64) {
-        if relayable(&self.settings().config.sessions, session) {
-            self.ensure_running(session.clone(), lsn, None);
-        }
-    }
-
-    /// Makes sure `session`'s stream has a task (or waits for one): wakes it if it runs,
-    /// starts it if a task is free, queues it otherwise. A stream that failed stays stopped
-    /// until the configuration changes.
-    fn ensure_running(self: &Arc<Self>, session: Arc<str>, local_lsn: u64, acked: Option<u64>) {
-        let generation = self.settings().generation;
-        let mut guard = self.streams.lock().unwrap();
-        let streams = &mut *guard;
-        let entry = streams.map.entry(session.clone()).or_insert_with(|| Entry {
-            status: Status {
-                local_lsn: 0,
-                acked_lsn: acked.unwrap_or(0),
-                state: State::CatchingUp,
-                bytes_sent: 0,
-                touched: Instant::now(),
-            },
-            running: false,
-            queued: false,
-            failed_in: None,
-            task: None,
-            wake: Arc::new(Notify::new()),
-        });
-        entry.status.local_lsn = entry.status.local_lsn.max(local_lsn);
-        entry.status.touched = Instant::now();
-        if entry.running {
-            entry.wake.notify_one();
-            return;
-        }
-        if entry.queued || entry.failed_in == Some(generation) {
-            return;
-        }
-        if streams.running >= MAX_RUNNING {
-            entry.queued = true;
-            streams.waiting.push_back(session);
-            // Every idle stream looks; the first to give its task up starts this one.
-            self.slot_wanted.notify_waiters();
-            return;
-        }
-        self.start(streams, session);
-        // Entries without a task or a place in the queue, give or take: trimmed in bulk, so
-        // the scan is paid once per EVICT_SLACK new entries, not per start.
-        let idle = streams
-            .map
-            .len()
-            .saturating_sub(streams.waiting.len() + streams.running);
-        let evict = idle > MAX_IDLE_ENTRIES + EVICT_SLACK;
-        drop(guard);
-        if evict {
-            self.evict_idle();
-        }
-    }
-
-    /// Gives `session` a task; the caller checked that one is free.
-    fn start(self: &Arc<Self>, streams: &mut Streams, session: Arc<str>) {
-        let Some(entry) = streams.map.get_mut(&session) else {
-            return;
-        };
-        entry.running = true;
-        entry.queued = false;
-        entry.failed_in = None;
-        let wake = entry.wake.clone();
-        entry.task = Some(tokio::spawn(stream::run(self.clone(), session, wake)).abort_handle());
-        streams.running += 1;
-    }
-
-    /// A task ended: the oldest waiting sessions get the free tasks.
-    fn start_waiting(self: &Arc<Self>, streams: &mut Streams) {
-        while streams.running < MAX_RUNNING {
-            let Some(next) = streams.waiting.pop_front() else {
-                return;
-            };
-            match streams.map.get(&next) {
-                Some(e) if e.queued && !e.running => self.start(streams, next),
-                _ => {}
-            }
-        }
-    }
-
-    /// Every relayed session whose log is ahead of its ledger gets its stream started: at
-    /// start, after the hub said the relay lagged, after a configuration change.
-    async fn scan(self: &Arc<Self>) {
-        let settings = self.settings();
-        let this = self.clone();
-        let behind = tokio::task::spawn_blocking(move || {
-            let running: HashMap<Arc<str>, u64> = this
-                .streams
-                .lock()
-                .unwrap()
-                .iter()
-                .map(|(k, e)| (k.clone(), e.status.acked_lsn))
-                .collect();
-            let mut behind = Vec::new();
-            for s in this.store.sessions() {
-                if !relayable(&settings.config.sessions, &s.id) {
-                    continue;
-                }
-                let committed = s.committed_lsn();
-                let acked = match running.get(s.id.as_str()) {
-                    Some(a) => *a,
-                    None => match this.ledgers.load(&s.id) {
-                        Ok(l) => {
-                            let l = l.for_target(&settings.target);
-                            if l.closed { committed } else { l.acked_lsn }
-                        }
-                        // Its stream reports the damaged ledger.
-                        Err(_) => 0,
-                    },
-                };
-                if acked < committed {
-                    behind.push((Arc::<str>::from(s.id.as_str()), committed, acked));
-                }
-            }
-            behind
-        })
-        .await
-        .unwrap_or_default();
-        if !behind.is_empty() {
-            tracing::info!(
-                sessions = behind.len(),
-                "relay: catching up sessions from their logs"
-            );
-        }
-        for (session, committed, acked) in behind {
-            self.ensure_running(session, committed, Some(acked));
-        }
-    }
-
-    fn wake_all(&self) {
-        for e in self.streams.lock().unwrap().values() {
-            if e.running {
-                e.wake.notify_one();
-            }
-        }
-    }
-
-    /// Drops the entries of the streams idle longest, beyond the cap (failed ones too: such a
-    /// session tries again at its next event).
-    fn evict_idle(&self) {
-        let mut map = self.streams.lock().unwrap();
-        let mut idle: Vec<(Instant, Arc<str>)> = map
-            .iter()
-            .filter(|(_, e)| !e.running && !e.queued)
-            .map(|(k, e)| (e.status.touched, k.clone()))
-            .collect();
-        if idle.len() <= MAX_IDLE_ENTRIES {
-            return;
-        }
-        idle.sort();
-        let excess = idle.len() - MAX_IDLE_ENTRIES;
-        for (_, k) in idle.into_iter().take(excess) {
-            map.remove(&k);
-        }
-    }
-
-    /// Updates a stream's status.
-    fn update(&self, session: &str, f: impl FnOnce(&mut Status)) {
-        if let Some(e) = self.streams.lock().unwrap().get_mut(session) {
-            f(&mut e.status);
-            e.status.touched = Instant::now();
-        }
-    }
-
-    /// An idle stream's task asks to end: it may, unless new events arrived meanwhile (then
-    /// it goes on, so no wake-up is lost between its last look and its end).
-    fn retire(self: &Arc<Self>, session: &str, acked_lsn: u64) -> bool {
-        let mut guard = self.streams.lock().unwrap();
-        let streams = &mut *guard;
-        match streams.map.get_mut(session) {
-            Some(e) if e.status.local_lsn > acked_lsn => return false,
-            Some(e) => {
-                e.running = false;
-                e.task = None;
-            }
-            None => {}
-        }
-        streams.running = streams.running.saturating_sub(1);
-        self.start_waiting(streams);
-        true
-    }
-
-    /// Whether sessions with work wait for a task.
-    fn has_waiting(&self) -> bool {
-        !self.streams.lock().unwrap().waiting.is_empty()
-    }
-
-    /// A stream failed for good: its task ends, and the stream is started again only once the
-    /// configuration changes (a scan then finds it behind).
-    fn release_failed(self: &Arc<Self>, session: &str) {
-        let generation = self.settings().generation;
-        let mut guard = self.streams.lock().unwrap();
-        let streams = &mut *guard;
-        if let Some(e) = streams.map.get_mut(session) {
-            e.running = false;
-            e.task = None;
-            e.failed_in = Some(generation);
-        }
-        streams.running = streams.running.saturating_sub(1);
-        self.start_waiting(streams);
     }
 }

@@ -27,7 +27,8 @@ use tokio::sync::Notify;
 
 use super::ledger::{Inflight, Ledger};
 use super::remote::{CreateOutcome, PostOutcome, ReadOutcome};
-use super::{Settings, Shared, State};
+use super::settings::Settings;
+use super::shared::{Shared, State};
 use crate::plugins::{Hooks, Input, PluginSet};
 use crate::store::EventJson;
 use crate::util::backoff::Backoff;
@@ -326,7 +327,7 @@ impl Worker {
 
     /// `PUT` the stream. An existing stream that this ledger knows nothing of may hold events
     /// from an earlier ledger: resync before sending any.
-    async fn create(&mut self, remote: &super::Remote) -> Step {
+    async fn create(&mut self, remote: &super::remote::Remote) -> Step {
         self.set_state(State::CatchingUp);
         match remote.create(&self.url()).await {
             CreateOutcome::Created => {
