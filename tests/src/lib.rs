@@ -724,7 +724,9 @@ impl Watched {
         match self.lines.recv_timeout(timeout) {
             Ok(line) => {
                 self.stdout.extend_from_slice(&line);
-                String::from_utf8_lossy(&line).trim_end_matches('\n').to_string()
+                String::from_utf8_lossy(&line)
+                    .trim_end_matches('\n')
+                    .to_string()
             }
             Err(e) => {
                 let why = match e {

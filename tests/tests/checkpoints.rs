@@ -527,7 +527,9 @@ fn a_deadline_that_passes_while_the_daemon_is_down_applies_at_start() {
     d.kill9();
     // The deadline passes while the daemon is down.
     let deadline = cp["deadline_ms"].as_u64().unwrap();
-    wait_until("the first deadline passes", || dstream_tests::now_ms() > deadline);
+    wait_until("the first deadline passes", || {
+        dstream_tests::now_ms() > deadline
+    });
     d.restart();
     let mut c = d.client();
     let waited = c.ok(

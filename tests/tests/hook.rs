@@ -253,7 +253,13 @@ fn without_a_daemon_the_hook_prints_nothing_and_exits_at_once() {
     // not wait for one.
     let env = [("DSTREAM_HOOK_TIMEOUT_MS", "3600000")];
     for _ in 0..5 {
-        let (out, _) = hook_with(&missing, event.to_string().as_bytes(), &[], &env, HANG_GUARD);
+        let (out, _) = hook_with(
+            &missing,
+            event.to_string().as_bytes(),
+            &[],
+            &env,
+            HANG_GUARD,
+        );
         assert_eq!(printed(&out), Value::Null);
         assert!(
             out.stderr.is_empty(),

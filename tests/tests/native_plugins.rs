@@ -185,7 +185,10 @@ fn replacing_a_library_while_events_flow_loads_the_new_copy_and_loses_nothing() 
             let mut c = Client::connect(&socket);
             let (mut sent, mut after) = (0, 0);
             while sent < 200 || after < 20 {
-                ingest(&mut c, pre_tool_use("swap", &format!("t{sent}"), "make all"));
+                ingest(
+                    &mut c,
+                    pre_tool_use("swap", &format!("t{sent}"), "make all"),
+                );
                 sent += 1;
                 if replaced.load(std::sync::atomic::Ordering::SeqCst) {
                     after += 1;
