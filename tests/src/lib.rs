@@ -440,6 +440,19 @@ impl Daemon {
             .unwrap_or_else(|| panic!("no {field} in /proc status"))
     }
 
+    /// The names of the daemon's threads now (`/proc/<pid>/task/*/comm`, at most 15 bytes).
+    pub fn thread_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(format!("/proc/{}/task", self.pid()))
+            .unwrap()
+            .flatten()
+            // A thread may end between the listing and the read.
+            .filter_map(|t| fs::read_to_string(t.path().join("comm")).ok())
+            .map(|n| n.trim_end().to_string())
+            .collect();
+        names.sort();
+        names
+    }
+
     /// How many descriptors the daemon has open now.
     pub fn open_fds(&self) -> usize {
         fs::read_dir(format!("/proc/{}/fd", self.pid()))
@@ -509,7 +522,12 @@ impl Daemon {
             }
             match Client::connect_timeout(&socket, Duration::from_secs(2)) {
                 Ok(mut c) => match c.try_call("hello", json!({})) {
-                    Ok(Ok(_)) => return,
+                    Ok(Ok(_)) => {
+                        // Closed and gone before returning, so that `stats.connections` counts
+                        // only the test's own clients from here on.
+                        c.close_and_wait(Instant::now() + CALL_TIMEOUT);
+                        return;
+                    }
                     Ok(Err(e)) => last_err = format!("hello failed: {e}"),
                     Err(e) => last_err = format!("hello: {e}"),
                 },
@@ -632,6 +650,208 @@ pub fn run_expect_exit(mut cmd: Command, timeout: Duration) -> ExitStatus {
     }
 }
 
+/// Runs `cmd` to its end with its output collected on threads (so a full pipe never blocks
+/// it), killing it and failing the test if it has not exited within `timeout`. Stdin is null
+/// unless `cmd` set it.
+pub fn output_within(cmd: &mut Command, timeout: Duration) -> std::process::Output {
+    let mut child = Watched::spawn(cmd);
+    let status = child.wait(timeout);
+    let (stdout, stderr) = child.finish();
+    std::process::Output {
+        status,
+        stdout,
+        stderr,
+    }
+}
+
+/// A child whose stdout arrives line by line on a channel and whose stderr is collected on a
+/// thread, so every wait on it has a deadline. Killed (and reaped) when dropped, so a failing
+/// test leaves no process behind.
+pub struct Watched {
+    child: Child,
+    what: String,
+    lines: std::sync::mpsc::Receiver<Vec<u8>>,
+    /// Every stdout line received so far (each with its `\n`, if it had one).
+    stdout: Vec<u8>,
+    /// All of stderr, sent once it ends.
+    stderr: std::sync::mpsc::Receiver<Vec<u8>>,
+}
+
+impl Watched {
+    /// Spawns `cmd` with stdout and stderr piped (stdin null unless `cmd` set it).
+    pub fn spawn(cmd: &mut Command) -> Watched {
+        let what = format!("{cmd:?}");
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {what}: {e}"));
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            loop {
+                let mut line = Vec::new();
+                match out.read_until(b'\n', &mut line) {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) if tx.send(line).is_err() => return,
+                    Ok(_) => {}
+                }
+            }
+        });
+        let mut err = child.stderr.take().unwrap();
+        let (tx, stderr) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut b = Vec::new();
+            let _ = io::Read::read_to_end(&mut err, &mut b);
+            let _ = tx.send(b);
+        });
+        Watched {
+            child,
+            what,
+            lines,
+            stdout: Vec::new(),
+            stderr,
+        }
+    }
+
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The next line of stdout (without its `\n`); kills the child and fails the test if none
+    /// comes within `timeout` or stdout ends first.
+    pub fn next_line(&mut self, timeout: Duration) -> String {
+        match self.lines.recv_timeout(timeout) {
+            Ok(line) => {
+                self.stdout.extend_from_slice(&line);
+                String::from_utf8_lossy(&line)
+                    .trim_end_matches('\n')
+                    .to_string()
+            }
+            Err(e) => {
+                let why = match e {
+                    std::sync::mpsc::RecvTimeoutError::Timeout => {
+                        format!("printed no line within {timeout:?}")
+                    }
+                    std::sync::mpsc::RecvTimeoutError::Disconnected => {
+                        "closed its stdout before the line".to_string()
+                    }
+                };
+                self.fail(&why)
+            }
+        }
+    }
+
+    /// Waits for the child to exit; kills it and fails the test if it has not within `timeout`.
+    pub fn wait(&mut self, timeout: Duration) -> ExitStatus {
+        match wait_child(&mut self.child, timeout) {
+            Some(status) => status,
+            None => self.fail(&format!("was still running after {timeout:?}")),
+        }
+    }
+
+    /// Whether the child has exited (without waiting).
+    pub fn has_exited(&mut self) -> bool {
+        self.child.try_wait().expect("try_wait").is_some()
+    }
+
+    /// Stdout and stderr in full, once the child has exited (see [`Watched::wait`]). Fails
+    /// the test if its pipes stay open much longer (a process it left behind holds them).
+    pub fn finish(mut self) -> (Vec<u8>, Vec<u8>) {
+        let (stdout, stderr, ended) = self.drain(Instant::now() + EXIT_TIMEOUT);
+        if !ended {
+            panic!(
+                "the output of {} did not end after it exited; stdout:\n{}\nstderr:\n{}",
+                self.what,
+                String::from_utf8_lossy(&stdout),
+                String::from_utf8_lossy(&stderr)
+            );
+        }
+        (stdout, stderr)
+    }
+
+    /// What is left of stdout and stderr, read until both end or `deadline`; whether both
+    /// ended.
+    fn drain(&mut self, deadline: Instant) -> (Vec<u8>, Vec<u8>, bool) {
+        use std::sync::mpsc::RecvTimeoutError::Timeout;
+        let mut stdout = std::mem::take(&mut self.stdout);
+        let mut ended = true;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => stdout.extend(line),
+                Err(e) => {
+                    ended &= e != Timeout;
+                    break;
+                }
+            }
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        let stderr = self.stderr.recv_timeout(left).unwrap_or_else(|e| {
+            ended &= e != Timeout;
+            Vec::new()
+        });
+        (stdout, stderr, ended)
+    }
+
+    fn fail(&mut self, why: &str) -> ! {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let (stdout, stderr, _) = self.drain(Instant::now() + Duration::from_secs(2));
+        panic!(
+            "{} {why}; stdout:\n{}\nstderr:\n{}",
+            self.what,
+            String::from_utf8_lossy(&stdout),
+            String::from_utf8_lossy(&stderr)
+        )
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Where skipped tests are recorded: `<target>/dstream-tests-skipped.txt`, next to the
+/// profile directories (`<target>/<profile>/deps/<test binary>` is the running test).
+pub fn skip_log() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let target = exe
+        .ancestors()
+        .find(|d| d.file_name().is_some_and(|n| n == "deps"))
+        .and_then(|deps| deps.parent()?.parent())
+        .map(Path::to_path_buf)
+        .unwrap_or_else(std::env::temp_dir);
+    target.join("dstream-tests-skipped.txt")
+}
+
+/// Says that `test` did not run because of `why`, where it cannot be missed: a `SKIP:` line on
+/// stderr and a line appended to [`skip_log`], so a skip is never a silent pass. The caller
+/// returns right after. Conditions known before the run use `#[ignore = "…"]` instead.
+pub fn skip(test: &str, why: &str) {
+    let line = format!("SKIP: {test}: {why}");
+    // Straight to the stderr descriptor: the test harness captures `eprintln!` of a test that
+    // passes, and a skip passes.
+    let _ = writeln!(io::stderr(), "{line}");
+    let binary = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_default();
+    let log = skip_log();
+    let written = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .and_then(|mut f| writeln!(f, "{} {binary} {line}", now_ms()));
+    if let Err(e) = written {
+        eprintln!("(could not record the skip in {}: {e})", log.display());
+    }
+}
+
 /// A blocking JSON-line client over a Unix socket with deadlines on every read.
 pub struct Client {
     writer: UnixStream,
@@ -685,6 +905,21 @@ impl Client {
             null_id_responses: VecDeque::new(),
             timeout,
         })
+    }
+
+    /// Ends this connection and waits until the daemon has closed its side: the daemon closes
+    /// it once it has dropped the connection (and its count in `stats.connections`). Panics if
+    /// that does not happen by `deadline`.
+    pub fn close_and_wait(mut self, deadline: Instant) {
+        let _ = self.writer.shutdown(std::net::Shutdown::Write);
+        loop {
+            match self.read_frame_until(deadline) {
+                Ok(_) => {}
+                Err(ReadError::Closed) => return,
+                Err(ReadError::Io(e)) if e.kind() == io::ErrorKind::BrokenPipe => return,
+                Err(e) => panic!("waiting for the daemon to close a connection: {e}"),
+            }
+        }
     }
 
     /// Write raw bytes (nothing added).

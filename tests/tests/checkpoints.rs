@@ -98,6 +98,45 @@ fn read_delivered(c: &mut Client, session: &str, n: usize) -> Vec<Value> {
     }
 }
 
+/// Polls `cond` until it holds; fails the test with `what` if it does not within 10 s.
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Tool calls of `session` stored as waiting on checkpoint `id`: each one's hook was answered
+/// with the pending checkpoint and waits on it. (No method counts a checkpoint's waiters;
+/// this record of each call's answer is the nearest thing the daemon shows.)
+fn calls_waiting_on(c: &mut Client, session: &str, id: &Value) -> usize {
+    c.read_all(session)
+        .iter()
+        .filter(|e| {
+            let d = &e["metadata"]["decision"];
+            e["type"] == "execution.tool_use" && d["action"] == "ask" && d["checkpoint_id"] == *id
+        })
+        .count()
+}
+
+/// The daemon's open connections, as its `stats` counts them (`c`'s own included).
+fn connections(c: &mut Client) -> u64 {
+    c.ok("stats", json!({}))["connections"].as_u64().unwrap()
+}
+
+/// Unix sockets process `pid` holds open now.
+fn sockets_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|fds| {
+            fds.flatten()
+                .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                .filter(|target| target.to_string_lossy().starts_with("socket:"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
 fn whoami() -> String {
     let out = Command::new("id").arg("-un").output().unwrap();
     String::from_utf8(out.stdout).unwrap().trim().to_string()
@@ -309,11 +348,20 @@ fn a_retried_hook_gets_the_same_checkpoint() {
     let d = Daemon::start_with(POLICY);
     let mut c = d.client();
     let event = pre_tool_use("retry", "toolu_same", "echo once");
-    let first = spawn_hook(&d.socket(), &event);
+    let mut first = spawn_hook(&d.socket(), &event);
     let cp = pending_in(&mut c, "retry");
-    let second = spawn_hook(&d.socket(), &event);
-    // Both hooks wait on one checkpoint: one decision answers both.
-    std::thread::sleep(Duration::from_millis(300));
+    let mut second = spawn_hook(&d.socket(), &event);
+    // Both hooks wait on one checkpoint: the second call is answered with the same pending
+    // checkpoint (its record says so), and neither hook has exited; one decision answers both.
+    wait_until("the retried call waits on the same checkpoint", || {
+        calls_waiting_on(&mut c, "retry", &cp["id"]) == 2
+    });
+    for hook in [&mut first, &mut second] {
+        assert!(
+            hook.try_wait().unwrap().is_none(),
+            "a hook exited before the decision"
+        );
+    }
     let list = c.ok("checkpoint.list", json!({"session_id": "retry"}));
     assert_eq!(list["checkpoints"].as_array().unwrap().len(), 1);
     c.ok(
@@ -403,7 +451,7 @@ timeout_ms = 400
 #[test]
 fn a_waiting_hook_survives_a_daemon_killed_and_restarted() {
     let mut d = Daemon::start_with(POLICY);
-    let hook = spawn_hook(&d.socket(), &pre_tool_use("crash", "toolu_k", "make test"));
+    let mut hook = spawn_hook(&d.socket(), &pre_tool_use("crash", "toolu_k", "make test"));
     let id = {
         let mut c = d.client();
         pending_in(&mut c, "crash")["id"]
@@ -412,8 +460,15 @@ fn a_waiting_hook_survives_a_daemon_killed_and_restarted() {
             .to_string()
     };
     d.kill9();
-    // The hook keeps waiting for the same checkpoint while the daemon is gone.
-    std::thread::sleep(Duration::from_millis(500));
+    // The hook keeps waiting for the same checkpoint while the daemon is gone: it has let go
+    // of the dead connection (it holds no socket between attempts to reconnect) and runs on.
+    wait_until("the hook lets go of the dead connection", || {
+        sockets_of(hook.id()) == 0
+    });
+    assert!(
+        hook.try_wait().unwrap().is_none(),
+        "the hook gave up while the daemon was down"
+    );
     d.restart();
     let mut c = d.client();
     let list = c.ok("checkpoint.list", json!({"state": "pending"}));
@@ -425,8 +480,9 @@ fn a_waiting_hook_survives_a_daemon_killed_and_restarted() {
         .collect();
     assert_eq!(ids, [id.as_str()], "rebuilt from the log");
     assert_eq!(list["checkpoints"][0]["input"]["command"], "make test");
-    // Give the hook a moment to reconnect, then approve: that same process prints it.
-    std::thread::sleep(Duration::from_millis(300));
+    // Once the hook has reconnected (the daemon counts its connection next to this client's),
+    // approve: that same process prints it.
+    wait_until("the hook reconnects", || connections(&mut c) == 2);
     let out = dstream(&d, &["approve", &id]);
     assert!(out.status.success(), "{out:?}");
     let printed = hook_output(hook, Duration::from_secs(15));
@@ -469,7 +525,11 @@ fn a_deadline_that_passes_while_the_daemon_is_down_applies_at_start() {
     );
     drop(c);
     d.kill9();
-    std::thread::sleep(Duration::from_millis(600));
+    // The deadline passes while the daemon is down.
+    let deadline = cp["deadline_ms"].as_u64().unwrap();
+    wait_until("the first deadline passes", || {
+        dstream_tests::now_ms() > deadline
+    });
     d.restart();
     let mut c = d.client();
     let waited = c.ok(
@@ -699,7 +759,8 @@ fn the_opencode_plugin_waits_for_the_decision_and_applies_it() {
     d.kill9();
     d.restart();
     let mut c = d.client();
-    std::thread::sleep(Duration::from_millis(300));
+    // Decided once the plugin is back (the daemon counts its connection next to this client's).
+    wait_until("the plugin reconnects", || connections(&mut c) == 2);
     c.ok(
         "checkpoint.resolve",
         json!({"id": id, "decision": "approve"}),

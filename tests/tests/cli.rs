@@ -377,40 +377,45 @@ fn a_socket_this_user_may_not_open_is_reported_as_permission_denied() {
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
 
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root to run the client as another user");
-        return;
-    }
     const NOBODY: u32 = 65534;
     let d = Daemon::start();
     let socket = d.socket();
-    // Let the other user reach the socket, but not open it: it stays owner-only.
-    for dir in [d.dir(), socket.parent().unwrap()] {
-        let mode = std::fs::metadata(dir).unwrap().permissions().mode();
-        set_mode(dir, mode | 0o001);
-    }
-    assert_eq!(
-        std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777,
-        0o600
-    );
-
-    // The binary must be runnable by that user; copy it somewhere it is if need be.
-    let copy_dir = tempfile::tempdir().unwrap();
-    let bin = if others_can_execute(&daemon_bin()) {
-        daemon_bin()
+    // SAFETY: geteuid has no preconditions.
+    let out = if unsafe { libc::geteuid() } != 0 {
+        // Without root the client cannot be another user, but the socket can refuse this one:
+        // a non-root owner is held to the mode bits.
+        set_mode(&socket, 0o000);
+        let out = run_within(Command::new(daemon_bin()), socket.clone(), &["stats"], "");
+        set_mode(&socket, 0o600);
+        out
     } else {
-        set_mode(copy_dir.path(), 0o755);
-        let bin = copy_dir.path().join("dstream");
-        std::fs::copy(daemon_bin(), &bin).unwrap();
-        set_mode(&bin, 0o755);
-        assert!(others_can_execute(&bin), "{}", bin.display());
-        bin
-    };
+        // Root passes any mode: run the client as another user, who may reach the socket but
+        // not open it (it stays owner-only).
+        for dir in [d.dir(), socket.parent().unwrap()] {
+            let mode = std::fs::metadata(dir).unwrap().permissions().mode();
+            set_mode(dir, mode | 0o001);
+        }
+        assert_eq!(
+            std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
 
-    let mut cmd = Command::new(bin);
-    cmd.uid(NOBODY).gid(NOBODY);
-    let out = run_within(cmd, socket, &["stats"], "");
+        // The binary must be runnable by that user; copy it somewhere it is if need be.
+        let copy_dir = tempfile::tempdir().unwrap();
+        let bin = if others_can_execute(&daemon_bin()) {
+            daemon_bin()
+        } else {
+            set_mode(copy_dir.path(), 0o755);
+            let bin = copy_dir.path().join("dstream");
+            std::fs::copy(daemon_bin(), &bin).unwrap();
+            set_mode(&bin, 0o755);
+            assert!(others_can_execute(&bin), "{}", bin.display());
+            bin
+        };
+        let mut cmd = Command::new(bin);
+        cmd.uid(NOBODY).gid(NOBODY);
+        run_within(cmd, socket.clone(), &["stats"], "")
+    };
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("permission denied"), "{stderr}");

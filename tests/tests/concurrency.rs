@@ -199,8 +199,16 @@ fn eight_writers_one_session_with_subscribers_joining_mid_stream() {
         move || b.wait()
     });
     resume.wait();
-    // One more that joins while the writers are running again.
-    thread::sleep(Duration::from_millis(5));
+    // One more that joins once the writers are running again (past the middle).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while probe.ok("sessions.get", json!({"session_id": S}))["last_lsn"]
+        .as_u64()
+        .unwrap()
+        <= mid_last
+    {
+        assert!(Instant::now() < deadline, "the writers did not go on");
+        thread::sleep(Duration::from_millis(1));
+    }
     subs.push({
         let socket = socket.clone();
         thread::spawn(move || subscribe_until(&mut Client::connect(&socket), S, 1, TOTAL, None))

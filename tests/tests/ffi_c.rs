@@ -3,13 +3,15 @@
 //! built libdstream_ffi, and run against a real daemon.
 #![cfg(target_os = "linux")]
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use dstream_tests::serde_json::json;
-use dstream_tests::{Daemon, daemon_bin};
+use dstream_tests::{Daemon, Watched, daemon_bin, output_within};
+
+/// The longest a compile or a C program may take before it counts as hung (and is killed).
+const HANG: Duration = Duration::from_secs(60);
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -25,26 +27,32 @@ fn lib_dir() -> PathBuf {
 /// Compiles one C program against ffi/include/dstream.h and the library.
 fn build(src: &str, out_dir: &Path) -> PathBuf {
     let out = out_dir.join(Path::new(src).file_stem().unwrap());
-    let status = Command::new("cc")
-        .args(["-Wall", "-Wextra", "-Werror", "-g", "-I"])
-        .arg(repo().join("ffi/include"))
-        .arg(repo().join(src))
-        .arg("-L")
-        .arg(lib_dir())
-        .args(["-ldstream_ffi", "-lpthread", "-o"])
-        .arg(&out)
-        .status()
-        .expect("a C compiler (cc)");
-    assert!(status.success(), "cc {src} failed");
+    let cc = output_within(
+        Command::new("cc")
+            .args(["-Wall", "-Wextra", "-Werror", "-g", "-I"])
+            .arg(repo().join("ffi/include"))
+            .arg(repo().join(src))
+            .arg("-L")
+            .arg(lib_dir())
+            .args(["-ldstream_ffi", "-lpthread", "-o"])
+            .arg(&out),
+        HANG,
+    );
+    assert!(
+        cc.status.success(),
+        "cc {src} failed:\n{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
     out
 }
 
 fn run(program: &Path, args: &[&str]) -> Output {
-    Command::new(program)
-        .args(args)
-        .env("LD_LIBRARY_PATH", lib_dir())
-        .output()
-        .unwrap()
+    output_within(
+        Command::new(program)
+            .args(args)
+            .env("LD_LIBRARY_PATH", lib_dir()),
+        HANG,
+    )
 }
 
 fn ok(out: &Output) -> String {
@@ -82,30 +90,29 @@ fn a_subscription_on_the_delivery_thread_sees_every_event_once_in_order() {
 fn a_checkpoint_requested_in_c_is_resolved_from_the_cli() {
     let d = Daemon::start();
     let bin = build("ffi/examples/c/checkpoint.c", d.dir());
-    let mut child = Command::new(&bin)
-        .args([d.socket().to_str().unwrap(), "c-checkpoint"])
-        .env("LD_LIBRARY_PATH", lib_dir())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = lines.next().unwrap().unwrap();
+    // Each read of its output has a deadline: a hung program fails the test, killed.
+    let mut child = Watched::spawn(
+        Command::new(&bin)
+            .args([d.socket().to_str().unwrap(), "c-checkpoint"])
+            .env("LD_LIBRARY_PATH", lib_dir()),
+    );
+    let first = child.next_line(Duration::from_secs(20));
     let id = first
         .strip_prefix("waiting for ")
         .expect("the id line")
         .to_string();
-    let approve = Command::new(daemon_bin())
-        .args(["approve", &id, "--note", "from the test", "--socket"])
-        .arg(d.socket())
-        .output()
-        .unwrap();
+    let approve = output_within(
+        Command::new(daemon_bin())
+            .args(["approve", &id, "--note", "from the test", "--socket"])
+            .arg(d.socket()),
+        Duration::from_secs(20),
+    );
     assert!(approve.status.success(), "{approve:?}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let decided = lines.next().unwrap().unwrap();
-    assert!(Instant::now() < deadline);
+    let decided = child.next_line(Duration::from_secs(20));
     assert_eq!(decided, "decided: approved");
-    assert!(child.wait().unwrap().success());
+    assert!(child.wait(Duration::from_secs(20)).success());
     // The delivery is recorded just after the program got the decision.
+    let deadline = Instant::now() + Duration::from_secs(20);
     let mut c = d.client();
     let mut events = c.read_all("c-checkpoint");
     while events.len() < 3 && Instant::now() < deadline {
@@ -140,7 +147,10 @@ fn every_error_path_returns_its_code_and_a_message() {
 #[test]
 fn the_c_examples_leak_nothing_under_valgrind() {
     if Command::new("valgrind").arg("--version").output().is_err() {
-        eprintln!("valgrind is not installed: skipped (the other C tests still ran)");
+        dstream_tests::skip(
+            "the_c_examples_leak_nothing_under_valgrind",
+            "valgrind is not installed (the other C tests still ran)",
+        );
         return;
     }
     let d = Daemon::start();
@@ -160,7 +170,7 @@ fn the_c_examples_leak_nothing_under_valgrind() {
         .arg(d.socket())
         .args(&args)
         .env("LD_LIBRARY_PATH", lib_dir());
-        let out = cmd.output().unwrap();
+        let out = output_within(&mut cmd, HANG);
         assert!(
             out.status.code() == Some(0),
             "{src} under valgrind: {}\n{}",

@@ -194,11 +194,16 @@ fn an_agent_cannot_approve_its_own_tool_call() {
         &dstream_tests::claude_pre_tool_use("self-1", "toolu_self", "git push --force"),
     );
     let mut c = d.client();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let id = loop {
         let pending = c.ok("checkpoint.list", json!({"state": "pending"}));
         if let Some(id) = pending["checkpoints"][0]["id"].as_str() {
             break id.to_string();
         }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the hook's call never showed as pending"
+        );
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
     // Its "Bash tool" runs `dstream approve`: a process under the agent. Refused.
@@ -325,7 +330,10 @@ fn the_hook_talks_only_to_a_daemon_of_its_own_user() {
     use std::process::{Command, Stdio};
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: starting a daemon as another user needs root");
+        dstream_tests::skip(
+            "the_hook_talks_only_to_a_daemon_of_its_own_user",
+            "starting a daemon as another user needs root",
+        );
         return;
     }
     // A real dstream daemon, but another user's, on a path this user may reach.
@@ -453,7 +461,12 @@ fn one_clients_flood_does_not_hold_up_another_agents_tool_call() {
         .collect();
     // Wait until the flood is queued (the first big events are stored), then ask.
     let mut c = d.client();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "none of the flood was stored"
+        );
         let stored: usize = (0..4)
             .map(|k| {
                 match c.call(

@@ -236,9 +236,10 @@ fn a_peer_with_another_uid_is_refused_even_on_a_world_writable_socket() {
     use std::process::{Command, Stdio};
 
     const NOBODY: u32 = 65534;
+    const TEST: &str = "a_peer_with_another_uid_is_refused_even_on_a_world_writable_socket";
     // SAFETY: geteuid(2) cannot fail and touches no memory.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: switching to another uid needs root");
+        dstream_tests::skip(TEST, "switching to another uid needs root");
         return;
     }
     // A python outside root's home, so that uid 65534 can run it.
@@ -246,7 +247,7 @@ fn a_peer_with_another_uid_is_refused_even_on_a_world_writable_socket() {
         .into_iter()
         .find(|p| std::path::Path::new(p).is_file())
     else {
-        eprintln!("skipped: no system python3 to connect as another uid");
+        dstream_tests::skip(TEST, "no system python3 to connect as another uid");
         return;
     };
     let d = Daemon::start();
@@ -257,10 +258,8 @@ fn a_peer_with_another_uid_is_refused_even_on_a_world_writable_socket() {
         if dir.starts_with(d.dir()) {
             fs::set_permissions(dir, fs::Permissions::from_mode(mode | 0o005)).unwrap();
         } else if mode & 0o001 == 0 {
-            eprintln!(
-                "skipped: {} is not searchable by other users",
-                dir.display()
-            );
+            let why = format!("{} is not searchable by other users", dir.display());
+            dstream_tests::skip(TEST, &why);
             return;
         }
     }

@@ -176,22 +176,45 @@ fn replacing_a_library_while_events_flow_loads_the_new_copy_and_loses_nothing() 
     build("plugins/examples/c/bash_guard.c", &lib, &[]);
     let d = start(d);
     let socket = d.socket();
-    // A writer ingests steadily while the library is replaced under it.
-    let writer = std::thread::spawn(move || {
-        let mut c = Client::connect(&socket);
-        for i in 0..200 {
-            ingest(&mut c, pre_tool_use("swap", &format!("t{i}"), "make all"));
-            std::thread::sleep(Duration::from_millis(5));
+    // A writer ingests steadily while the library is replaced under it: it goes on until the
+    // new copy is in place, and some more, and says how many it sent.
+    let replaced = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = std::thread::spawn({
+        let replaced = replaced.clone();
+        move || {
+            let mut c = Client::connect(&socket);
+            let (mut sent, mut after) = (0, 0);
+            while sent < 200 || after < 20 {
+                ingest(
+                    &mut c,
+                    pre_tool_use("swap", &format!("t{sent}"), "make all"),
+                );
+                sent += 1;
+                if replaced.load(std::sync::atomic::Ordering::SeqCst) {
+                    after += 1;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            sent
         }
     });
-    std::thread::sleep(Duration::from_millis(200));
+    // Events are flowing (the first is stored) before the library is replaced.
+    let mut c = d.client();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !c
+        .call("read", json!({"session_id": "swap", "limit": 1}))
+        .is_ok_and(|r| r["events"].as_array().is_some_and(|e| !e.is_empty()))
+    {
+        assert!(Instant::now() < deadline, "the writer stored nothing");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     build(
         "plugins/examples/c/bash_guard.c",
         &lib,
         &["-DBASH_GUARD_TAG=\"bash-guard-v2\""],
     );
-    writer.join().unwrap();
-    let mut c = d.client();
+    replaced.store(true, std::sync::atomic::Ordering::SeqCst);
+    let sent = writer.join().unwrap();
     // The watcher reloads by itself; `plugins reload` makes sure before the last event.
     c.ok("plugins.reload", json!({}));
     ingest(&mut c, pre_tool_use("swap", "last", "make all"));
@@ -200,12 +223,12 @@ fn replacing_a_library_while_events_flow_loads_the_new_copy_and_loses_nothing() 
         .iter()
         .filter(|e| e["type"] == "execution.tool_use")
         .collect();
-    assert_eq!(calls.len(), 201, "every event kept");
+    assert_eq!(calls.len(), sent + 1, "every event kept");
     assert!(
         calls.iter().all(|e| e["metadata"]["tags"].is_array()),
         "every call tagged by one version or the other"
     );
-    assert_eq!(calls[200]["metadata"]["tags"], json!(["bash-guard-v2"]));
+    assert_eq!(calls[sent]["metadata"]["tags"], json!(["bash-guard-v2"]));
     assert_eq!(calls[0]["metadata"]["tags"], json!(["bash-guard"]));
     let list = c.ok("plugins.list", json!({}));
     assert!(list["errors"].as_array().unwrap().is_empty(), "{list}");

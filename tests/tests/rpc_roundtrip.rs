@@ -412,7 +412,15 @@ fn query_filters_each_and_combined() {
     c.append_event("q-child", ev("execution.tool_use", "bob", Some("q-root")));
     c.append_event("q-other", ev("user.input", "bob", None));
     let batch1 = all_events(&mut c);
-    std::thread::sleep(Duration::from_millis(25));
+    // Batch 2 starts 2 ms after batch 1's last timestamp, by the clock both share.
+    let last1 = batch1
+        .iter()
+        .map(|e| e["timestamp"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    while dstream_tests::now_ms() < last1 + 2 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     // Batch 2.
     c.append_event("q-child", ev("message.chunk", "bob", Some("q-root")));
     c.append_event("q-other", ev("execution.step_start", "alice", None));
