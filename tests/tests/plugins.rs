@@ -131,7 +131,9 @@ fn hostile_plugins_are_contained_and_nothing_is_lost() {
         ),
         (
             "memory.lua",
-            "local t = {} for i = 1, 1e9 do t[i] = string.rep('x', 4096) .. i end",
+            // 64 KiB a step: the 16 MiB limit is reached in a few hundred steps, well within
+            // the call's deadline even on a busy machine.
+            "local s = string.rep('x', 1 << 16) local t = {} for i = 1, 1e9 do t[i] = s .. i end",
         ),
         (
             "rep.lua",

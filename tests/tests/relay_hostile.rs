@@ -153,6 +153,11 @@ fn huge_and_endless_bodies_do_not_grow_the_daemons_memory() {
     // A bounded reader reads at most relay.max_page_bytes (4 MiB) of a page and 4 KiB of an
     // error body; reading them whole took the daemon past 1.9 GB.
     let peak_kb = d.proc_status("VmHWM");
+    eprintln!(
+        "huge bodies: peak RSS {peak_kb} kB after {} appends and {} control reads",
+        counts.appends.load(std::sync::atomic::Ordering::Relaxed),
+        counts.control_reads.load(std::sync::atomic::Ordering::Relaxed)
+    );
     assert!(
         peak_kb < 200 * 1024,
         "peak RSS {peak_kb} kB while the server sent {} bytes",
@@ -219,6 +224,11 @@ fn junk_on_the_control_stream_costs_the_local_log_a_count_not_a_copy() {
         .sum();
     assert!(refused >= 1000, "{records:?}");
     let bound = 2 + t0.elapsed().as_secs() / 10;
+    eprintln!(
+        "junk control pages: {pages} pages of 1,000 messages in {elapsed:?}; {} messages refused, {} records",
+        refused,
+        records.len()
+    );
     assert!(
         (records.len() as u64) <= bound,
         "{} refusal records in {:?} (at most one per 10 s)",
@@ -322,6 +332,11 @@ fn the_same_trouble_on_every_batch_is_asked_again_only_after_a_backoff() {
     wait_for("ten appends refused", LONG, || {
         (hostile.counts.appends.load(Relaxed) >= 10).then_some(())
     });
+    eprintln!(
+        "409 on every append: 10 appends and {} resync reads in {:?}",
+        hostile.counts.tail_reads.load(Relaxed),
+        t0.elapsed()
+    );
     // The first resync is at once; each later one waits at least half the backoff (50 ms,
     // doubling to 300 ms).
     assert!(
