@@ -249,6 +249,18 @@ fn write_atomically(path: &Path, content: &[u8], old: Option<Kept>) -> anyhow::R
     Ok(())
 }
 
+/// The error for a path whose symbolic link leads nowhere: nothing is created through it.
+pub fn dangling_link(path: &Path, target: &Path) -> anyhow::Error {
+    anyhow!(
+        "{} is a symbolic link to {}, which does not exist; dstream does not create files \
+         through a dangling link, so it was left untouched. Create the file it points to (it \
+         may be in a dotfiles folder or on a drive that is not there now), or remove the \
+         link, then run this again",
+        path.display(),
+        target.display()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

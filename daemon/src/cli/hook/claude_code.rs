@@ -1,0 +1,232 @@
+//! The reply Claude Code expects on stdout: `hookSpecificOutput` with a `permissionDecision`
+//! (PreToolUse) or a `decision.behavior` (PermissionRequest), and `continue: false` for a
+//! remote stop.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::outcome::Outcome;
+use super::verdict::{self, Verdict};
+
+/// What Claude Code reads from a hook's stdout.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct ClaudeOutput {
+    /// `false` ends the agent's turn after this hook (a remote stop); absent otherwise.
+    #[serde(rename = "continue", skip_serializing_if = "Option::is_none")]
+    continue_: Option<bool>,
+    /// Shown to the person when `continue` is false.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stop_reason: Option<String>,
+    hook_specific_output: ClaudeSpecific,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ClaudeSpecific {
+    hook_event_name: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    permission_decision: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    permission_decision_reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    updated_input: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    decision: Option<PermissionDecision>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PermissionDecision {
+    behavior: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    updated_input: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+}
+
+/// What to print for the event `kind` given the outcome, and a few words for the debug line.
+pub(super) fn answer(
+    kind: Option<&str>,
+    outcome: &Outcome,
+    fail_closed: bool,
+) -> (Option<ClaudeOutput>, &'static str) {
+    let verdict = verdict::verdict(outcome, fail_closed);
+    let said = verdict.said();
+    let output = match (kind, verdict) {
+        (_, Verdict::Pass) | (None, _) => None,
+        (
+            Some("PreToolUse"),
+            Verdict::Allow {
+                reason,
+                updated_input,
+            },
+        ) => Some(ClaudeSpecific {
+            hook_event_name: "PreToolUse",
+            permission_decision: Some("allow"),
+            permission_decision_reason: Some(reason),
+            updated_input,
+            decision: None,
+        }),
+        (Some("PreToolUse"), Verdict::Deny(reason)) => Some(ClaudeSpecific {
+            hook_event_name: "PreToolUse",
+            permission_decision: Some("deny"),
+            permission_decision_reason: Some(reason),
+            updated_input: None,
+            decision: None,
+        }),
+        (Some("PermissionRequest"), Verdict::Allow { updated_input, .. }) => Some(ClaudeSpecific {
+            hook_event_name: "PermissionRequest",
+            permission_decision: None,
+            permission_decision_reason: None,
+            updated_input: None,
+            decision: Some(PermissionDecision {
+                behavior: "allow",
+                updated_input,
+                message: None,
+            }),
+        }),
+        (Some("PermissionRequest"), Verdict::Deny(message)) => Some(ClaudeSpecific {
+            hook_event_name: "PermissionRequest",
+            permission_decision: None,
+            permission_decision_reason: None,
+            updated_input: None,
+            decision: Some(PermissionDecision {
+                behavior: "deny",
+                updated_input: None,
+                message: Some(message),
+            }),
+        }),
+        // Other events take no permission decision.
+        _ => None,
+    };
+    let said = if output.is_some() {
+        said
+    } else {
+        "printed nothing"
+    };
+    // A remote stop also ends the turn: Claude Code stops after this hook.
+    let stop = verdict::stop(outcome);
+    (
+        output.map(|hook_specific_output| ClaudeOutput {
+            continue_: stop.as_ref().map(|_| false),
+            stop_reason: stop,
+            hook_specific_output,
+        }),
+        said,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use dstream_sdk::protocol::{Decision, IngestResult};
+    use serde_json::json;
+
+    use super::*;
+    use crate::cli::hook::outcome::Failure;
+
+    fn decision(action: &str) -> Decision {
+        Decision {
+            action: action.into(),
+            reason: Some("because".into()),
+            decided_by: Some("rule:test".into()),
+            updated_input: Some(json!({"command": "ls -la"})),
+            checkpoint: None,
+            stop: false,
+        }
+    }
+
+    fn render(kind: &str, outcome: Outcome, closed: bool) -> Value {
+        let (out, _) = answer(Some(kind), &outcome, closed);
+        out.map(|o| serde_json::to_value(o).unwrap())
+            .unwrap_or(Value::Null)
+    }
+
+    fn decided(action: &str, altered: bool) -> Outcome {
+        Ok((
+            IngestResult {
+                events: vec![],
+                decision: Some(decision(action)),
+            },
+            altered,
+        ))
+    }
+
+    #[test]
+    fn pre_tool_use_decisions_use_permission_decision() {
+        assert_eq!(
+            render("PreToolUse", decided("allow", false), false),
+            json!({"hookSpecificOutput": {"hookEventName": "PreToolUse",
+                "permissionDecision": "allow", "permissionDecisionReason": "because",
+                "updatedInput": {"command": "ls -la"}}})
+        );
+        assert_eq!(
+            render("PreToolUse", decided("deny", false), false),
+            json!({"hookSpecificOutput": {"hookEventName": "PreToolUse",
+                "permissionDecision": "deny", "permissionDecisionReason": "because"}})
+        );
+        assert_eq!(
+            render("PreToolUse", decided("ask", false), false),
+            Value::Null
+        );
+        // An edit of an input that was cut to fit is not applied.
+        assert!(
+            render("PreToolUse", decided("allow", true), false)["hookSpecificOutput"]
+                .get("updatedInput")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn permission_requests_use_decision_behavior() {
+        assert_eq!(
+            render("PermissionRequest", decided("allow", false), false),
+            json!({"hookSpecificOutput": {"hookEventName": "PermissionRequest",
+                "decision": {"behavior": "allow", "updatedInput": {"command": "ls -la"}}}})
+        );
+        assert_eq!(
+            render("PermissionRequest", decided("deny", false), false),
+            json!({"hookSpecificOutput": {"hookEventName": "PermissionRequest",
+                "decision": {"behavior": "deny", "message": "because"}}})
+        );
+        assert_eq!(
+            render("PermissionRequest", decided("ask", false), false),
+            Value::Null
+        );
+    }
+
+    #[test]
+    fn other_events_and_failures_print_nothing_unless_fail_closed() {
+        assert_eq!(
+            render("PostToolUse", decided("deny", false), true),
+            Value::Null
+        );
+        let down = || Err(Failure::Timeout("connecting to the daemon"));
+        assert_eq!(render("PreToolUse", down(), false), Value::Null);
+        let denied = render("PreToolUse", down(), true);
+        assert_eq!(
+            denied["hookSpecificOutput"]["permissionDecision"],
+            json!("deny")
+        );
+        assert!(
+            denied["hookSpecificOutput"]["permissionDecisionReason"]
+                .as_str()
+                .unwrap()
+                .contains("fail-closed")
+        );
+        assert_eq!(
+            render("PermissionRequest", down(), true)["hookSpecificOutput"]["decision"]["behavior"],
+            json!("deny")
+        );
+        assert_eq!(render("Stop", down(), true), Value::Null);
+        // A decision the hook does not know is no decision, or a denial when failing closed.
+        assert_eq!(
+            render("PreToolUse", decided("maybe", false), false),
+            Value::Null
+        );
+        assert_eq!(
+            render("PreToolUse", decided("maybe", false), true)["hookSpecificOutput"]["permissionDecision"],
+            json!("deny")
+        );
+    }
+}

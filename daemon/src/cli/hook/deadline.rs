@@ -1,0 +1,90 @@
+//! The deadlines: the worker thread reads stdin and asks the daemon, while the main thread
+//! waits for each of its steps within that step's deadline, and answers without the daemon
+//! when one passes.
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use dstream_daemon::util::time::now_ms;
+
+use super::exchange::exchange;
+use super::input::read_input;
+use super::outcome::{Failure, Outcome, Step};
+
+/// How long connecting to the daemon's socket may take. A local socket connects at once or
+/// fails at once; this only bounds a daemon so swamped that its accept queue is full.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long past a checkpoint's deadline the hook waits for the daemon's verdict before it
+/// applies the checkpoint's default itself (the daemon may be restarting).
+const CHECKPOINT_GRACE: Duration = Duration::from_secs(5);
+
+/// Reads the event and asks the daemon on a worker thread, within `timeout` for the whole
+/// exchange (or a pending checkpoint's deadline): the event's kind, once read, and the outcome.
+pub(super) fn ingest_within(
+    source: &'static str,
+    socket: PathBuf,
+    timeout: Duration,
+) -> (Option<String>, Outcome) {
+    let (tx, rx) = mpsc::channel();
+    let reply_by_ms = now_ms().saturating_add(timeout.as_millis() as u64);
+    let spawned = std::thread::Builder::new()
+        .name("dstream-hook".into())
+        .spawn(move || work(source, socket, reply_by_ms, tx));
+    match spawned {
+        Ok(_) => watch(&rx, timeout),
+        Err(e) => (None, Err(Failure::Io(e))),
+    }
+}
+
+/// The main thread's side: waits for the worker's steps, each within its deadline.
+fn watch(rx: &mpsc::Receiver<Step>, timeout: Duration) -> (Option<String>, Outcome) {
+    let deadline = Instant::now() + timeout;
+    let mut kind = None;
+    let mut phase = "reading the event from stdin";
+    let mut phase_deadline = deadline;
+    let mut waiting = None;
+    loop {
+        let wait = phase_deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(wait) {
+            Ok(Step::Waiting(checkpoint)) => {
+                phase = "waiting for a decision";
+                let left = Duration::from_millis(checkpoint.deadline_ms.saturating_sub(now_ms()));
+                phase_deadline = Instant::now() + left + CHECKPOINT_GRACE;
+                waiting = Some(checkpoint);
+            }
+            Err(RecvTimeoutError::Timeout) if waiting.is_some() => {
+                return (
+                    kind,
+                    Err(Failure::Undecided(Box::new(waiting.take().expect("set")))),
+                );
+            }
+            Ok(Step::Input(k)) => {
+                kind = k;
+                phase = "connecting to the daemon";
+                phase_deadline = deadline.min(Instant::now() + CONNECT_TIMEOUT);
+            }
+            Ok(Step::Connected) => {
+                phase = "waiting for the daemon's reply";
+                phase_deadline = deadline;
+            }
+            Ok(Step::Reply(r)) => return (kind, r),
+            Err(RecvTimeoutError::Timeout) => return (kind, Err(Failure::Timeout(phase))),
+            Err(RecvTimeoutError::Disconnected) => {
+                return (
+                    kind,
+                    Err(Failure::BadReply("the hook's worker stopped".into())),
+                );
+            }
+        }
+    }
+}
+
+/// The worker: reads stdin, then asks the daemon.
+fn work(source: &'static str, socket: PathBuf, reply_by_ms: u64, tx: mpsc::Sender<Step>) {
+    let input = read_input(&mut io::stdin().lock());
+    let _ = tx.send(Step::Input(input.kind.clone()));
+    let result = exchange(source, &socket, input, reply_by_ms, &tx);
+    let _ = tx.send(Step::Reply(result));
+}

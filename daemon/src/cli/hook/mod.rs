@@ -1,0 +1,71 @@
+//! `dstream hook <agent>`: the command an agent's hook runs on every event.
+//!
+//! It reads one hook event (JSON) from stdin, hands it to the daemon with `ingest`, and prints
+//! the daemon's verdict in the agent's own reply format. It runs on every tool call, so it is a
+//! plain blocking client: no async runtime, one connection, one request. It never holds the
+//! agent up for long and never blocks it by accident:
+//!
+//! - The work (stdin, connect, request, reply) runs on a worker thread while the main thread
+//!   keeps the deadlines (see [`deadline`]): one second to connect, `DSTREAM_HOOK_TIMEOUT_MS`
+//!   for the whole exchange. When one passes, the hook answers without the daemon and exits;
+//!   the worker is simply dropped with the process.
+//! - Without the daemon (no socket, refused, an error reply, a deadline) it fails open: it
+//!   prints nothing and exits 0, so the agent carries on as if dstream were not installed.
+//!   With `--fail-closed` it denies tool calls instead.
+//! - It always exits 0. Claude Code treats exit code 2 as "block", which must only ever be a
+//!   decision, never an accident.
+//!
+//! The parts, in the order a run uses them: [`args`] (what the hook is told), [`input`] (the
+//! event from stdin), [`deadline`] (the worker and the main thread's deadlines), [`exchange`]
+//! (the requests, over [`conn`], with the event cut by [`fit`]), [`outcome`] (what the worker
+//! reports), [`verdict`] (what the outcome means for the call) and [`claude_code`] (the reply
+//! printed for Claude Code).
+
+mod args;
+mod claude_code;
+mod conn;
+mod deadline;
+mod exchange;
+mod fit;
+mod input;
+mod outcome;
+mod verdict;
+
+use std::io::{self, Write};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use outcome::Failure;
+
+pub use args::HookArgs;
+
+pub fn run(args: HookArgs) -> ExitCode {
+    let started = Instant::now();
+    let (settings, note) = args::Settings::new(args);
+    if let (Some(note), true) = (&note, settings.debug) {
+        eprintln!("dstream hook: {note}");
+    }
+    let (kind, outcome) =
+        deadline::ingest_within(settings.source, settings.socket.clone(), settings.timeout);
+    let (answer, verdict) = claude_code::answer(kind.as_deref(), &outcome, settings.fail_closed);
+    if let Some(answer) = &answer {
+        let mut out = io::stdout().lock();
+        // Nothing useful is left to do if the agent stopped reading.
+        let _ = serde_json::to_writer(&mut out, answer);
+        let _ = writeln!(out);
+        let _ = out.flush();
+    }
+    let quiet_failure = matches!(outcome, Err(Failure::NotRunning(_)));
+    if settings.debug || (outcome.is_err() && !quiet_failure) {
+        let event = kind.as_deref().unwrap_or("unknown event");
+        let what = match &outcome {
+            Ok(_) => "stored".to_string(),
+            Err(e) => e.to_string(),
+        };
+        eprintln!(
+            "dstream hook: {event}: {what}; {verdict} ({} ms)",
+            started.elapsed().as_millis()
+        );
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,49 @@
+//! What the worker reports to the main thread: its steps, and how asking the daemon can fail.
+
+use std::io;
+
+use dstream_sdk::protocol::{CheckpointInfo, IngestResult, RpcError};
+
+/// How asking the daemon ended: its result and whether the event had to be altered (then an
+/// `updated_input` in the reply must not be applied), or why there is none.
+pub(super) type Outcome = Result<(IngestResult, bool), Failure>;
+
+/// What the worker reports to the main thread, in this order.
+pub(super) enum Step {
+    /// stdin was read: the event's kind, for answering without the daemon.
+    Input(Option<String>),
+    Connected,
+    /// The call waits for a person: the deadlines are the checkpoint's from now on.
+    Waiting(CheckpointInfo),
+    Reply(Outcome),
+}
+
+/// Why there is no verdict from the daemon.
+pub(super) enum Failure {
+    /// No daemon: the socket is missing or nobody listens on it.
+    NotRunning(io::Error),
+    Io(io::Error),
+    Rpc(RpcError),
+    BadReply(String),
+    Timeout(&'static str),
+    /// No verdict on a pending checkpoint reached the hook by its deadline (the daemon was
+    /// gone): its default applies.
+    Undecided(Box<CheckpointInfo>),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::NotRunning(e) => write!(f, "the daemon is not running: {e}"),
+            Failure::Io(e) => write!(f, "talking to the daemon failed: {e}"),
+            Failure::Rpc(e) => write!(f, "the daemon refused the event: {e}"),
+            Failure::BadReply(m) => write!(f, "the daemon's reply was not understood: {m}"),
+            Failure::Timeout(what) => write!(f, "timed out {what}"),
+            Failure::Undecided(c) => write!(
+                f,
+                "no decision on checkpoint {} reached the hook by its deadline",
+                c.id
+            ),
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! Installing into Claude Code's settings file: which file, reading it as a JSON object,
+//! writing it back atomically (or deleting it when dstream's hooks were all it held), and
+//! saying what changed.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, anyhow, bail};
+
+use super::claude_hooks::{CLAUDE_HOOK_TIMEOUT_SECS, add_hooks, hook_command, remove_hooks};
+use super::files::{self, Found};
+use super::json::{self, Json};
+
+/// The settings file: `DIR/.claude/settings.json` for a project (`settings.local.json` with
+/// `local`), else the user's `~/.claude/settings.json`.
+pub fn settings_file(project: Option<&Path>, local: bool) -> PathBuf {
+    match project {
+        Some(dir) => dir.join(".claude").join(if local {
+            "settings.local.json"
+        } else {
+            "settings.json"
+        }),
+        None => dstream_sdk::socket::home_dir()
+            .join(".claude")
+            .join("settings.json"),
+    }
+}
+
+/// The path of the running binary, as a shell word for the hook command.
+fn dstream_exe() -> anyhow::Result<String> {
+    let exe = std::env::current_exe().context("finding the path of this dstream binary")?;
+    let exe = exe.to_str().ok_or_else(|| {
+        anyhow!(
+            "the path of this dstream binary ({}) is not UTF-8",
+            exe.display()
+        )
+    })?;
+    Ok(exe.to_string())
+}
+
+/// The document in a settings file. A file that is not a JSON object is an error (and is left
+/// untouched).
+fn parse_settings(file: &files::File) -> anyhow::Result<Json> {
+    let shown = file.shown();
+    let text = std::str::from_utf8(&file.content).map_err(|e| {
+        anyhow!("{shown} is not UTF-8 text ({e}); fix it first, it was left untouched")
+    })?;
+    let doc = json::parse(text).map_err(|e| {
+        anyhow!("{shown} is not valid JSON ({e}); fix it first, it was left untouched")
+    })?;
+    if !matches!(doc, Json::Object(_)) {
+        bail!("{shown} does not hold a JSON object; it was left untouched");
+    }
+    Ok(doc)
+}
+
+/// Writes `doc` over `file`, or to a new file at `path` when there was none.
+fn write_settings(path: &Path, file: Option<&files::File>, doc: &Json) -> anyhow::Result<()> {
+    let mut text = json::to_pretty(doc);
+    text.push('\n');
+    match file {
+        Some(file) => file.replace(text.as_bytes()),
+        None => {
+            if let Some(dir) = path.parent() {
+                fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            }
+            files::create(path, text.as_bytes())
+        }
+    }
+}
+
+/// Adds dstream's hooks for `events` to the settings file at `path`.
+pub fn install(path: &Path, events: &[&'static str]) -> anyhow::Result<()> {
+    let exe = dstream_exe()?;
+    let (file, mut doc) = match files::read(path, files::MAX_BYTES)? {
+        Found::Missing => (None, Json::Object(Vec::new())),
+        Found::DanglingLink(target) => return Err(files::dangling_link(path, &target)),
+        Found::File(file) => {
+            let doc = parse_settings(&file)?;
+            (Some(file), doc)
+        }
+    };
+    let is_new = file.is_none();
+    let shown = file
+        .as_ref()
+        .map_or_else(|| path.display().to_string(), |f| f.shown());
+    let changes =
+        add_hooks(&mut doc, events, &exe).with_context(|| format!("{shown} was left untouched"))?;
+    if changes.added.is_empty() && changes.updated.is_empty() {
+        println!(
+            "dstream's Claude Code hooks are already in {shown} ({} events); nothing changed",
+            events.len()
+        );
+        return Ok(());
+    }
+    write_settings(path, file.as_ref(), &doc)?;
+    println!(
+        "{} {shown}: hooks run `{}` (timeout {CLAUDE_HOOK_TIMEOUT_SECS} s)",
+        if is_new { "created" } else { "updated" },
+        hook_command(&exe)
+    );
+    if !changes.added.is_empty() {
+        println!(
+            "  added for {} event{}: {}",
+            changes.added.len(),
+            plural(changes.added.len()),
+            changes.added.join(", ")
+        );
+    }
+    if !changes.updated.is_empty() {
+        println!(
+            "  pointed at this dstream for {} event{}: {}",
+            changes.updated.len(),
+            plural(changes.updated.len()),
+            changes.updated.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// Removes dstream's hooks from the settings file at `path`.
+pub fn uninstall(path: &Path) -> anyhow::Result<()> {
+    let file = match files::read(path, files::MAX_BYTES)? {
+        Found::Missing => {
+            println!("{} does not exist; nothing to remove", path.display());
+            return Ok(());
+        }
+        // Nothing of dstream's can be behind a link to nothing.
+        Found::DanglingLink(target) => {
+            println!(
+                "{} is a link to {}, which does not exist; nothing to remove",
+                path.display(),
+                target.display()
+            );
+            return Ok(());
+        }
+        Found::File(file) => file,
+    };
+    let mut doc = parse_settings(&file)?;
+    let shown = file.shown();
+    let removed = remove_hooks(&mut doc).with_context(|| format!("{shown} was left untouched"))?;
+    if removed.is_empty() {
+        println!("no dstream hooks in {shown}; nothing changed");
+        return Ok(());
+    }
+    let summary = format!(
+        "removed dstream's hook from {} event{}: {}",
+        removed.len(),
+        plural(removed.len()),
+        removed.join(", ")
+    );
+    if matches!(&doc, Json::Object(entries) if entries.is_empty()) && !file.is_link() {
+        // Nothing but dstream's hooks was in it: the file goes, as install found it. (A link's
+        // target is emptied instead: deleting the link would leave the hooks in the target.)
+        file.remove()?;
+        println!("{summary}\ndeleted {shown}: nothing else was in it");
+    } else {
+        write_settings(path, Some(&file), &doc)?;
+        println!("{summary}\nupdated {shown}");
+    }
+    Ok(())
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}

@@ -1,0 +1,308 @@
+//! dstream's hook entries in a Claude Code settings document: adding one per event (or
+//! pointing an existing one at this binary), and taking every one of them back out, keeping
+//! the rest of the document as written.
+
+use anyhow::{anyhow, bail};
+
+use super::json::{Json, Str};
+use super::shell;
+
+/// Seconds Claude Code waits for the hook before it gives up on it. Long, because a tool call
+/// that policy holds for a person's approval waits in the hook; the hook's own deadline
+/// (`DSTREAM_HOOK_TIMEOUT_MS`) ends it much sooner when nobody is waiting, and the daemon's
+/// approval timeouts stay below this one so that a decision is never cut off.
+pub const CLAUDE_HOOK_TIMEOUT_SECS: u64 = 600;
+
+/// The command a hook entry runs.
+pub fn hook_command(exe: &str) -> String {
+    format!("{} hook claude-code", shell::quote(exe))
+}
+
+/// What `install` did to one event's hooks.
+#[derive(Default)]
+pub struct Changes {
+    pub added: Vec<&'static str>,
+    pub updated: Vec<&'static str>,
+}
+
+/// Fails when `key` is written more than once in `object`: Claude Code reads only the last,
+/// and an edit to either would not do what it says.
+fn written_once(object: &Json, key: &str, shown: &str) -> anyhow::Result<()> {
+    match object.count(key) {
+        0 | 1 => Ok(()),
+        n => bail!(
+            "`{shown}` is written {n} times in the settings file, and Claude Code reads only \
+             the last one; merge them into one, then run this again"
+        ),
+    }
+}
+
+fn object(entries: Vec<(&str, Json)>) -> Json {
+    Json::Object(entries.into_iter().map(|(k, v)| (Str::new(k), v)).collect())
+}
+
+/// Adds the hook to `doc` for each event (or points an existing dstream hook at `exe`).
+/// Fails, changing nothing on disk, when the file's `hooks` do not have the documented shape.
+pub fn add_hooks(doc: &mut Json, events: &[&'static str], exe: &str) -> anyhow::Result<Changes> {
+    written_once(doc, "hooks", "hooks")?;
+    let hooks = doc
+        .entry("hooks", || Json::Object(Vec::new()))
+        .ok_or_else(|| anyhow!("the settings file is not a JSON object"))?;
+    if !matches!(hooks, Json::Object(_)) {
+        bail!("`hooks` in the settings file is not an object");
+    }
+    let mut changes = Changes::default();
+    for event in events {
+        written_once(hooks, event, &format!("hooks.{event}"))?;
+        let list = hooks
+            .entry(event, || Json::Array(Vec::new()))
+            .expect("hooks is an object");
+        let Json::Array(groups) = list else {
+            bail!("`hooks.{event}` in the settings file is not a list");
+        };
+        let mut found = false;
+        for handler in groups.iter_mut().flat_map(handlers_mut) {
+            let Some(command) = ours(handler) else {
+                continue;
+            };
+            found = true;
+            if command.exe != exe {
+                let rewritten = command.with_exe(exe);
+                handler.set("command", Json::string(&rewritten));
+                if handler.get("timeout").is_none() {
+                    handler.set("timeout", Json::from(CLAUDE_HOOK_TIMEOUT_SECS));
+                }
+                changes.updated.push(event);
+            }
+        }
+        if !found {
+            groups.push(object(vec![(
+                "hooks",
+                Json::Array(vec![object(vec![
+                    ("type", Json::string("command")),
+                    ("command", Json::string(&hook_command(exe))),
+                    ("timeout", Json::from(CLAUDE_HOOK_TIMEOUT_SECS)),
+                ])]),
+            )]));
+            changes.added.push(event);
+        }
+    }
+    Ok(changes)
+}
+
+/// The handlers (`{"type": "command", …}`) of one matcher group, if it has any.
+fn handlers_mut(group: &mut Json) -> std::slice::IterMut<'_, Json> {
+    match group.get_mut("hooks") {
+        Some(Json::Array(handlers)) => handlers.iter_mut(),
+        _ => Default::default(),
+    }
+}
+
+/// A handler's command, when it runs `dstream hook claude-code`.
+fn ours(handler: &Json) -> Option<shell::HookCommand> {
+    if let Some(t) = handler.get("type")
+        && t.as_str().is_none_or(|t| t != "command")
+    {
+        return None;
+    }
+    shell::HookCommand::parse(&handler.get("command")?.as_str()?, "claude-code")
+}
+
+/// Removes every dstream hook handler from `doc`, then the groups, event lists and `hooks`
+/// object that this left empty. Returns the events it removed handlers from.
+pub fn remove_hooks(doc: &mut Json) -> anyhow::Result<Vec<String>> {
+    let mut touched = Vec::new();
+    written_once(doc, "hooks", "hooks")?;
+    let Some(hooks) = doc.get_mut("hooks") else {
+        return Ok(touched);
+    };
+    let Json::Object(events) = hooks else {
+        bail!("`hooks` in the settings file is not an object");
+    };
+    // Per entry (an event written twice is two entries): whether removing left it empty.
+    let mut emptied = Vec::with_capacity(events.len());
+    let mut seen = std::collections::HashSet::new();
+    for (event, list) in events.iter_mut() {
+        let Json::Array(groups) = list else {
+            bail!(
+                "`hooks.{}` in the settings file is not a list",
+                event.value()
+            );
+        };
+        let mut removed_here = false;
+        groups.retain_mut(|group| {
+            let Some(Json::Array(handlers)) = group.get_mut("hooks") else {
+                return true;
+            };
+            let before = handlers.len();
+            handlers.retain(|h| ours(h).is_none());
+            if handlers.len() == before {
+                return true;
+            }
+            removed_here = true;
+            // Keep the group if it still has hooks, or anything else besides a matcher.
+            !handlers.is_empty() || group.keys().any(|k| !matches!(&*k, "hooks" | "matcher"))
+        });
+        emptied.push(removed_here && groups.is_empty());
+        if removed_here && seen.insert(event.value().into_owned()) {
+            touched.push(event.value().into_owned());
+        }
+    }
+    let mut emptied = emptied.into_iter();
+    events.retain(|_| !emptied.next().unwrap_or(false));
+    if !touched.is_empty() && events.is_empty() {
+        doc.remove("hooks");
+    }
+    Ok(touched)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::install::claude_events::{CLAUDE_EVENTS, chosen_events};
+    use crate::cli::install::json;
+
+    const EXE: &str = "/opt/my tools/dstream";
+
+    fn doc(text: &str) -> Json {
+        json::parse(text).unwrap()
+    }
+
+    fn text(doc: &Json) -> String {
+        json::to_compact(doc)
+    }
+
+    #[test]
+    fn install_then_uninstall_gives_back_the_same_document() {
+        let original = r#"{"z": 1, "hooks": {"PreToolUse": [{"matcher": "Bash",
+            "hooks": [{"type": "command", "command": "./check.sh"}]}], "Stop": []},
+            "a": {"y": true, "b": null}, "permissions": {"allow": ["Bash(ls)"]}}"#;
+        let mut d = doc(original);
+        let events = chosen_events(&[]).unwrap();
+        let changes = add_hooks(&mut d, &events, EXE).unwrap();
+        assert_eq!(changes.added.len(), CLAUDE_EVENTS.len());
+        // Keys keep their order; new events come after the existing ones.
+        assert_eq!(
+            d.keys().collect::<Vec<_>>(),
+            ["z", "hooks", "a", "permissions"]
+        );
+        let hook_keys: Vec<_> = d.get("hooks").unwrap().keys().collect();
+        assert_eq!(&hook_keys[..2], ["PreToolUse", "Stop"]);
+        // The user's PreToolUse hook is still first.
+        let pre = text(d.get("hooks").unwrap().get("PreToolUse").unwrap());
+        assert!(pre.starts_with(r#"[{"matcher":"Bash","hooks":[{"type":"command","command":"./check.sh"}]},{"hooks":[{"type":"command","command":"'/opt/my tools/dstream' hook claude-code","timeout":600}]}"#), "{pre}");
+        // Twice: no change.
+        let once = d.clone();
+        let again = add_hooks(&mut d, &events, EXE).unwrap();
+        assert!(again.added.is_empty() && again.updated.is_empty());
+        assert_eq!(d, once);
+        // Removed: all of it, and the lists it alone filled.
+        let removed = remove_hooks(&mut d).unwrap();
+        assert_eq!(removed.len(), CLAUDE_EVENTS.len());
+        // `Stop: []` was empty before install, and is emptied again by the removal.
+        let mut expected = doc(original);
+        let Some(Json::Object(hooks)) = expected.get_mut("hooks") else {
+            panic!()
+        };
+        hooks.retain(|(k, _)| !k.is("Stop"));
+        assert_eq!(text(&d), text(&expected));
+    }
+
+    #[test]
+    fn a_moved_binary_is_repointed_and_user_flags_are_kept() {
+        let mut d = doc(r#"{"hooks": {"PreToolUse": [{"hooks": [{"type": "command",
+            "command": "/old/dstream hook claude-code --fail-closed", "timeout": 30}]}]}}"#);
+        let changes = add_hooks(&mut d, &["PreToolUse"], EXE).unwrap();
+        assert_eq!(changes.updated, ["PreToolUse"]);
+        assert!(changes.added.is_empty());
+        assert_eq!(
+            text(&d),
+            r#"{"hooks":{"PreToolUse":[{"hooks":[{"type":"command","command":"'/opt/my tools/dstream' hook claude-code --fail-closed","timeout":30}]}]}}"#
+        );
+    }
+
+    #[test]
+    fn uninstall_keeps_other_hooks_in_shared_groups() {
+        let mut d = doc(r#"{"hooks": {"Stop": [{"matcher": "", "hooks": [
+                {"type": "command", "command": "dstream hook claude-code"},
+                {"type": "command", "command": "notify-send done"}]}]}}"#);
+        assert_eq!(remove_hooks(&mut d).unwrap(), ["Stop"]);
+        assert_eq!(
+            text(&d),
+            r#"{"hooks":{"Stop":[{"matcher":"","hooks":[{"type":"command","command":"notify-send done"}]}]}}"#
+        );
+        // Nothing of ours left: nothing removed.
+        assert!(remove_hooks(&mut d).unwrap().is_empty());
+    }
+
+    #[test]
+    fn badly_shaped_hooks_are_refused() {
+        assert!(add_hooks(&mut doc(r#"{"hooks": []}"#), &["Stop"], EXE).is_err());
+        assert!(add_hooks(&mut doc(r#"{"hooks": {"Stop": {}}}"#), &["Stop"], EXE).is_err());
+        assert!(remove_hooks(&mut doc(r#"{"hooks": 3}"#)).is_err());
+    }
+
+    #[test]
+    fn edits_keep_numbers_and_repeated_keys_as_written() {
+        let original = r#"{"big":12345678901234567890123,"e":1e2,"f":1.50,"k":1,"k":2,"hooks":{"Stop":[{"hooks":[{"type":"command","command":"x","timeout":5.0}]}]},"s":"\u00e9"}"#;
+        let mut d = doc(original);
+        add_hooks(&mut d, &["Stop", "PreToolUse"], EXE).unwrap();
+        let installed = text(&d);
+        assert!(
+            installed.starts_with(r#"{"big":12345678901234567890123,"e":1e2,"f":1.50,"k":1,"k":2,"hooks":{"Stop":[{"hooks":[{"type":"command","command":"x","timeout":5.0}]},{"hooks""#),
+            "{installed}"
+        );
+        assert!(installed.ends_with(r#""s":"\u00e9"}"#), "{installed}");
+        remove_hooks(&mut d).unwrap();
+        assert_eq!(text(&d), original);
+    }
+
+    #[test]
+    fn repeated_hooks_or_events_are_refused() {
+        let twice = r#"{"hooks": {}, "hooks": {"Stop": []}}"#;
+        let err = add_hooks(&mut doc(twice), &["Stop"], EXE).err().unwrap();
+        assert!(
+            err.to_string().contains("`hooks` is written 2 times"),
+            "{err}"
+        );
+        assert!(remove_hooks(&mut doc(twice)).is_err());
+        let err = add_hooks(
+            &mut doc(r#"{"hooks": {"Stop": [], "Stop": []}}"#),
+            &["Stop"],
+            EXE,
+        )
+        .err()
+        .unwrap();
+        assert!(
+            err.to_string().contains("`hooks.Stop` is written 2 times"),
+            "{err}"
+        );
+        // Uninstall takes dstream's handlers out of every copy of an event.
+        let mut d = doc(
+            r#"{"hooks": {"Stop": [{"hooks": [{"command": "dstream hook claude-code"}]}],
+            "Stop": [{"hooks": [{"command": "dstream hook claude-code"}, {"command": "mine"}]}]}}"#,
+        );
+        assert_eq!(remove_hooks(&mut d).unwrap(), ["Stop"]);
+        assert_eq!(
+            text(&d),
+            r#"{"hooks":{"Stop":[{"hooks":[{"command":"mine"}]}]}}"#
+        );
+    }
+
+    #[test]
+    fn a_settings_file_with_two_hundred_thousand_keys_is_edited() {
+        // Reading it used to look each key up among all before it: 46 s in a release build.
+        let mut original = String::from("{");
+        for i in 0..200_000 {
+            original.push_str(&format!("\"setting{i}\":{i},"));
+        }
+        original.push_str(r#""hooks":{}}"#);
+        let mut d = doc(&original);
+        let changes = add_hooks(&mut d, CLAUDE_EVENTS, EXE).unwrap();
+        assert_eq!(changes.added.len(), CLAUDE_EVENTS.len());
+        let installed = json::to_pretty(&d);
+        let mut d = doc(&installed);
+        assert_eq!(remove_hooks(&mut d).unwrap().len(), CLAUDE_EVENTS.len());
+        assert_eq!(text(&d), original.replace(r#","hooks":{}"#, ""));
+    }
+}
