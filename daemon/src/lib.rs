@@ -24,23 +24,23 @@
 //! The `dstream` binary (CLI) is built on this crate and on `dstream-sdk`.
 
 mod agent_procs;
-pub mod checkpoint;
-pub mod component;
+pub(crate) mod checkpoint;
+pub(crate) mod component;
 pub mod config;
-pub mod config_feed;
+pub(crate) mod config_feed;
 mod connection;
-pub mod event_json;
-pub mod event_types;
+pub(crate) mod event_json;
+pub(crate) mod event_types;
 mod follower;
 mod frame;
-pub mod hub;
+pub(crate) mod hub;
 mod jsonscan;
 pub mod lossy_json;
 mod outbound;
-pub mod pipeline;
-pub mod plugins;
-pub mod redact;
-pub mod relay;
+pub(crate) mod pipeline;
+pub(crate) mod plugins;
+pub(crate) mod redact;
+pub(crate) mod relay;
 mod rpc;
 pub mod server;
 mod slots;
@@ -50,6 +50,9 @@ mod subscription;
 mod tool_request;
 pub mod util;
 pub mod vfs;
-pub mod watch;
+pub(crate) mod watch;
 
+pub use checkpoint::default_options;
 pub use config::Config;
+pub use plugins::isolated::host_main as plugin_host_main;
+pub use plugins::{PluginSet, PluginSettings};

@@ -156,7 +156,9 @@ fn huge_and_endless_bodies_do_not_grow_the_daemons_memory() {
     eprintln!(
         "huge bodies: peak RSS {peak_kb} kB after {} appends and {} control reads",
         counts.appends.load(std::sync::atomic::Ordering::Relaxed),
-        counts.control_reads.load(std::sync::atomic::Ordering::Relaxed)
+        counts
+            .control_reads
+            .load(std::sync::atomic::Ordering::Relaxed)
     );
     assert!(
         peak_kb < 200 * 1024,

@@ -47,7 +47,6 @@ mod table;
 mod types;
 
 pub use api::Checkpoints;
-pub use grants::Grant;
 pub use types::{
     CheckpointError, NewRequest, Prepared, Resolution, checkpoint_id, default_options,
 };

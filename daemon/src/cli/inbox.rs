@@ -459,7 +459,7 @@ mod tests {
             tool: Some("Bash".into()),
             input: None,
             summary: format!("Bash: {id}"),
-            options: dstream_daemon::checkpoint::default_options(false),
+            options: dstream_daemon::default_options(false),
             created_ms: 0,
             deadline_ms: 0,
             on_timeout: "deny".into(),

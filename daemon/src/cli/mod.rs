@@ -114,7 +114,7 @@ pub fn main() -> ExitCode {
         Command::Approve(args) => checkpoint_cmds::approve(args),
         Command::Reject(args) => checkpoint_cmds::reject(args),
         Command::Inbox(args) => inbox::run(args),
-        Command::PluginHost(a) => Ok(dstream_daemon::plugins::isolated::host_main(
+        Command::PluginHost(a) => Ok(dstream_daemon::plugin_host_main(
             &a.library, &a.cache, &a.config,
         )),
         Command::Hook(args) => Ok(hook::run(args)),

@@ -42,9 +42,9 @@ pub fn run(args: PluginsArgs) -> anyhow::Result<ExitCode> {
                 Some(path) => Config::load(&path)?,
                 None => Config::default(),
             };
-            match dstream_daemon::plugins::PluginSet::check(
+            match dstream_daemon::PluginSet::check(
                 &file,
-                &dstream_daemon::plugins::PluginSettings::from_config(&config),
+                &dstream_daemon::PluginSettings::from_config(&config),
             ) {
                 Ok(info) => {
                     if args.opts.json {

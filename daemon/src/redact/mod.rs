@@ -16,7 +16,6 @@ mod shared;
 mod walk;
 
 pub use config::RedactConfig;
-pub use event::{Guarded, REDACTION_FAILED};
 pub use redactor::Redactor;
 pub use rules::PatternError;
 pub use shared::Shared;

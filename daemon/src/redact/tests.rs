@@ -283,7 +283,7 @@ fn the_store_entry_point_redacts_and_counts_or_withholds() {
     });
     let stored = g.event.payload.unwrap().get().to_string();
     assert!(!stored.contains("FAKEclear"), "{stored}");
-    assert!(stored.contains(super::REDACTION_FAILED));
+    assert!(stored.contains(super::event::REDACTION_FAILED));
     let error = g.error.expect("a plugin.error beside it");
     assert_eq!(error.event_type, "plugin.error");
 }

@@ -82,7 +82,9 @@ impl ControlMessage {
         ))
     }
 
-    /// The signature this message should carry under `key`.
+    /// The signature this message should carry under `key` (clients sign with
+    /// `scripts/sign-decision.mjs`; the daemon only verifies, and its tests sign).
+    #[cfg(test)]
     pub fn sign(&self, key: &[u8]) -> Option<String> {
         let text = self.canonical()?;
         let mut mac = Hmac::<Sha256>::new_from_slice(key).ok()?;
@@ -103,6 +105,7 @@ impl ControlMessage {
     }
 }
 
+#[cfg(test)]
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -249,11 +249,6 @@ impl SimVfs {
         self.disk.lock().unwrap().crashed
     }
 
-    /// Mutating calls so far.
-    pub fn mutations(&self) -> u64 {
-        self.disk.lock().unwrap().mutations
-    }
-
     /// The disk a power failure leaves: every directory and file back at its last sync, plus
     /// whatever part of the later changes `rng` lets through. The old disk stays dead.
     pub fn reboot(&self, rng: &mut SimRng) -> (SimVfs, CrashReport) {
