@@ -1,0 +1,108 @@
+//! Plugins' **decide** and the strength of decisions: every `decide` plugin is asked about a
+//! tool call, its answer becomes a [`Decision`], and of several the strongest wins (deny >
+//! ask > allow; of equals, the first). A failing plugin counts as deny. Pure but for the
+//! plugin calls, apart from the verdict that weighs this against policy, stops and grants.
+
+use std::sync::Arc;
+
+use dstream_sdk::protocol::Decision;
+use serde_json::Value as Json;
+
+use super::draft::{Draft, plugin_error};
+use crate::plugins::{Hooks, Input, PluginSet};
+
+/// Asks every `decide` plugin about one tool call: deny beats ask beats allow. A plugin
+/// that fails (an error, a timeout, an answer that is none of the four) counts as deny:
+/// what cannot be evaluated counts as its strictest outcome, so a plugin made to fail
+/// never lets a call through, nor leaves it to a person who may not be there.
+pub(super) fn decide(set: &PluginSet, draft: &Draft, notes: &mut Vec<Draft>) -> Option<Decision> {
+    let mut decision = None;
+    let request = Arc::new(Json::Object(draft.event.clone()));
+    for plugin in set.with(Hooks::DECIDE) {
+        if plugin.disabled().is_some() {
+            continue;
+        }
+        let verdict = match plugin.call(Hooks::DECIDE, Input::Event(request.clone())) {
+            Ok(mut out) => match out.pop() {
+                Some(Json::Null) | None => continue,
+                Some(Json::String(action)) => plugin_verdict(plugin.name(), &action, None),
+                Some(Json::Object(m)) => {
+                    let action = m.get("action").and_then(Json::as_str).unwrap_or("");
+                    let reason = m.get("reason").and_then(Json::as_str).map(str::to_string);
+                    plugin_verdict(plugin.name(), action, reason)
+                }
+                Some(_) => Err("decide returned neither a string nor a table".to_string()),
+            },
+            Err(f) => {
+                let why = f.error.to_string();
+                notes.push(plugin_error(
+                    plugin,
+                    "decide",
+                    &why,
+                    Some(&f),
+                    &draft.session_id,
+                ));
+                Ok(failed_to_decide(plugin.name(), &why))
+            }
+        };
+        match verdict {
+            Ok(v) => decision = strongest(decision, Some(v)),
+            Err(why) => {
+                notes.push(plugin_error(
+                    plugin,
+                    "decide",
+                    &why,
+                    None,
+                    &draft.session_id,
+                ));
+                decision = strongest(decision, Some(failed_to_decide(plugin.name(), &why)));
+            }
+        }
+    }
+    decision
+}
+
+/// A plugin's answer as a decision, or why it is none.
+fn plugin_verdict(plugin: &str, action: &str, reason: Option<String>) -> Result<Decision, String> {
+    match action {
+        "allow" | "deny" | "ask" => Ok(Decision {
+            action: action.to_string(),
+            reason,
+            decided_by: Some(format!("plugin:{plugin}")),
+            updated_input: None,
+            checkpoint: None,
+            stop: false,
+        }),
+        other => Err(format!(
+            "decide returned {other:?}; expected \"allow\", \"deny\", \"ask\" or nil"
+        )),
+    }
+}
+
+/// The decision of a `decide` plugin that failed: deny, saying why.
+fn failed_to_decide(plugin: &str, why: &str) -> Decision {
+    Decision {
+        action: "deny".into(),
+        reason: Some(format!(
+            "plugin {plugin} failed to decide: {why}; denied because a failing plugin counts as deny"
+        )),
+        decided_by: Some(format!("plugin:{plugin}")),
+        updated_input: None,
+        checkpoint: None,
+        stop: false,
+    }
+}
+
+/// deny > ask > allow.
+pub(super) fn strongest(a: Option<Decision>, b: Option<Decision>) -> Option<Decision> {
+    let rank = |d: &Decision| match d.action.as_str() {
+        "deny" => 3,
+        "ask" => 2,
+        _ => 1,
+    };
+    match (a, b) {
+        (Some(a), Some(b)) => Some(if rank(&b) > rank(&a) { b } else { a }),
+        (a, b) => a.or(b),
+    }
+}
+

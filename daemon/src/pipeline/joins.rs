@@ -1,0 +1,99 @@
+//! Joining a tool result to its request: the result's `causation_id` names the request's
+//! event, found by `tool_use_id` among the calls remembered ([`JoinMemory`], bounded) or else
+//! in the last events of the session's log. Apart from the append step that calls it so the
+//! memory's bounds and the join's rules can be tested without a store.
+
+use std::collections::{HashMap, VecDeque};
+
+use serde_json::Value as Json;
+
+use super::draft::Draft;
+use crate::store::{Store, read_range};
+
+/// Tool calls remembered per daemon to join a result to its request without reading the log.
+const JOIN_MEMORY: usize = 4096;
+/// How far back in a session's log a result looks for its request when it is not remembered
+/// (after a restart, say).
+const JOIN_LOOKBACK: u64 = 2000;
+
+/// Tool calls seen recently: (session, tool_use_id) → the request event's id.
+#[derive(Default)]
+pub(super) struct JoinMemory {
+    ids: HashMap<(String, String), String>,
+    order: VecDeque<(String, String)>,
+}
+
+impl JoinMemory {
+    pub(super) fn remember(&mut self, session: &str, tool_use_id: &str, event_id: &str) {
+        let key = (session.to_string(), tool_use_id.to_string());
+        if self.ids.insert(key.clone(), event_id.to_string()).is_none() {
+            self.order.push_back(key);
+            if self.order.len() > JOIN_MEMORY
+                && let Some(old) = self.order.pop_front()
+            {
+                self.ids.remove(&old);
+            }
+        }
+    }
+
+    pub(super) fn get(&self, session: &str, tool_use_id: &str) -> Option<String> {
+        self.ids
+            .get(&(session.to_string(), tool_use_id.to_string()))
+            .cloned()
+    }
+
+    /// A tool result without a cause gets its request's id, found by `tool_use_id` here or
+    /// else by `look_up` (session, tool_use_id: see [`find_request`]); a tool request (with
+    /// the id `id`) is remembered for its result.
+    pub(super) fn join(
+        &mut self,
+        draft: &mut Draft,
+        id: &str,
+        look_up: impl FnOnce(&str, &str) -> Option<String>,
+    ) {
+        let event_type = draft.event.get("type").and_then(Json::as_str).unwrap_or("");
+        let tool_use_id = draft
+            .event
+            .get("payload")
+            .and_then(|p| p.get("tool_use_id"))
+            .and_then(Json::as_str)
+            .map(str::to_string);
+        let Some(tool_use_id) = tool_use_id else {
+            return;
+        };
+        match event_type {
+            "execution.tool_use" => {
+                self.remember(&draft.session_id, &tool_use_id, id);
+            }
+            "execution.tool_result" if !draft.event.contains_key("causation_id") => {
+                let cause = self
+                    .get(&draft.session_id, &tool_use_id)
+                    .or_else(|| look_up(&draft.session_id, &tool_use_id));
+                if let Some(cause) = cause {
+                    draft
+                        .event
+                        .insert("causation_id".into(), Json::String(cause));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Looks for a tool request in the last events of a session's log.
+pub(super) fn find_request(store: &Store, session: &str, tool_use_id: &str) -> Option<String> {
+    let s = store.get(session)?;
+    let upto = s.committed_lsn();
+    let from = upto.saturating_sub(JOIN_LOOKBACK) + 1;
+    let events = read_range(&s, from, upto, JOIN_LOOKBACK as usize, 16 << 20).ok()?;
+    let mut buf = Vec::new();
+    events.iter().rev().find_map(|e| {
+        buf.clear();
+        e.write_to(&mut buf);
+        let v: Json = serde_json::from_slice(&buf).ok()?;
+        let matches = v.get("type").and_then(Json::as_str) == Some("execution.tool_use")
+            && v.pointer("/payload/tool_use_id").and_then(Json::as_str) == Some(tool_use_id);
+        matches.then(|| v.get("id").and_then(Json::as_str).map(str::to_string))?
+    })
+}
+
