@@ -106,3 +106,95 @@ pub(super) fn strongest(a: Option<Decision>, b: Option<Decision>) -> Option<Deci
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn by(action: &str, who: &str) -> Option<Decision> {
+        Some(plugin_verdict(who, action, None).unwrap())
+    }
+
+    fn action(d: &Option<Decision>) -> (&str, &str) {
+        let d = d.as_ref().unwrap();
+        (d.action.as_str(), d.decided_by.as_deref().unwrap())
+    }
+
+    #[test]
+    fn deny_beats_ask_beats_allow_in_either_order() {
+        let order = ["allow", "ask", "deny"];
+        for (i, weak) in order.iter().enumerate() {
+            for strong in &order[i + 1..] {
+                let one = strongest(by(weak, "a"), by(strong, "b"));
+                let other = strongest(by(strong, "b"), by(weak, "a"));
+                assert_eq!(action(&one), (*strong, "plugin:b"), "{weak} then {strong}");
+                assert_eq!(
+                    action(&other),
+                    (*strong, "plugin:b"),
+                    "{strong} then {weak}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn of_equals_the_first_stands() {
+        for a in ["allow", "ask", "deny"] {
+            let d = strongest(by(a, "first"), by(a, "second"));
+            assert_eq!(action(&d), (a, "plugin:first"));
+        }
+    }
+
+    #[test]
+    fn no_decision_yields_to_any() {
+        assert_eq!(strongest(None, None), None);
+        assert_eq!(
+            action(&strongest(None, by("allow", "a"))),
+            ("allow", "plugin:a")
+        );
+        assert_eq!(
+            action(&strongest(by("ask", "a"), None)),
+            ("ask", "plugin:a")
+        );
+    }
+
+    #[test]
+    fn a_plugin_answers_one_of_three_words() {
+        let d = plugin_verdict("p", "ask", Some("why".into())).unwrap();
+        assert_eq!(
+            (
+                d.action.as_str(),
+                d.reason.as_deref(),
+                d.decided_by.as_deref()
+            ),
+            ("ask", Some("why"), Some("plugin:p"))
+        );
+        assert!(d.checkpoint.is_none() && d.updated_input.is_none() && !d.stop);
+        for other in ["", "Allow", "approve", "yes"] {
+            let e = plugin_verdict("p", other, None).unwrap_err();
+            assert!(e.contains(&format!("{other:?}")), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_failing_plugin_counts_as_deny() {
+        let failed = Some(failed_to_decide("broken", "timed out"));
+        let d = failed.as_ref().unwrap();
+        assert_eq!(d.action, "deny");
+        assert_eq!(d.decided_by.as_deref(), Some("plugin:broken"));
+        let reason = d.reason.as_deref().unwrap();
+        assert!(
+            reason.contains("broken failed to decide: timed out"),
+            "{reason}"
+        );
+        // It outweighs what any other plugin said, whichever answered first.
+        for other in ["allow", "ask"] {
+            let d = strongest(by(other, "ok"), failed.clone());
+            assert_eq!(action(&d), ("deny", "plugin:broken"));
+            let d = strongest(failed.clone(), by(other, "ok"));
+            assert_eq!(action(&d), ("deny", "plugin:broken"));
+        }
+        // A plugin's own deny came first and stands.
+        let d = strongest(by("deny", "strict"), failed);
+        assert_eq!(action(&d), ("deny", "plugin:strict"));
+    }
+}

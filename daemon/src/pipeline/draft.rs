@@ -8,6 +8,7 @@ use serde_json::{Map, Value as Json, json};
 use crate::plugins::{Failure, Plugin};
 
 /// An event on its way through the pipeline: the session it goes to and its fields.
+#[derive(Debug)]
 pub(super) struct Draft {
     pub(super) session_id: String,
     pub(super) event: Map<String, Json>,
@@ -135,3 +136,53 @@ pub(super) fn plugin_error(
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_keeps_a_valid_id_and_gets_one_otherwise() {
+        let valid = ulid::Ulid::new().to_string();
+        let mut e = object(json!({"id": valid}));
+        assert_eq!(ensure_id(&mut e), valid);
+        for mut e in [
+            object(json!({})),
+            object(json!({"id": "not-a-ulid"})),
+            object(json!({"id": 1})),
+        ] {
+            let id = ensure_id(&mut e);
+            assert!(id.parse::<ulid::Ulid>().is_ok(), "{id}");
+            assert_eq!(e["id"], json!(id));
+        }
+    }
+
+    #[test]
+    fn the_fallback_session_is_the_callers_then_the_raw_events_then_the_sources() {
+        let raw = json!({"session_id": "in-raw"});
+        assert_eq!(fallback_session("cc", Some("given"), &raw), "given");
+        assert_eq!(fallback_session("cc", None, &raw), "in-raw");
+        assert_eq!(fallback_session("cc", Some("../bad"), &raw), "in-raw");
+        let bad_raw = json!({"session_id": "a/b"});
+        assert_eq!(fallback_session("cc", None, &bad_raw), "cc-unassigned");
+        assert_eq!(fallback_session("cc", None, &Json::Null), "cc-unassigned");
+    }
+
+    #[test]
+    fn an_unmapped_event_keeps_the_raw_event_and_why() {
+        let raw = json!({"anything": [1, 2]});
+        let d = unmapped("src", "s", &raw, Some("boom"));
+        assert_eq!(d.session_id, "s");
+        assert_eq!(
+            Json::Object(d.event),
+            json!({
+                "type": "unmapped",
+                "actor": "src",
+                "payload": {"source": "src", "error": "boom"},
+                "metadata": {"source": "src"},
+                "raw": raw,
+            })
+        );
+        let d = unmapped("src", "s", &raw, None);
+        assert_eq!(d.event["payload"], json!({"source": "src"}));
+    }
+}

@@ -40,3 +40,39 @@ impl FairQueue {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ingest(client: u64, n: u64) -> Ingest {
+        Ingest {
+            client,
+            source: format!("{client}:{n}"),
+            raw: serde_json::value::to_raw_value(&n).unwrap(),
+            session_id: None,
+            reply_by_ms: None,
+            gone: None,
+            done: Box::new(|_| {}),
+        }
+    }
+
+    #[test]
+    fn clients_are_served_in_turn_each_in_arrival_order() {
+        let mut q = FairQueue::default();
+        assert!(q.is_empty() && q.pop().is_none());
+        for n in 0..3 {
+            q.push(ingest(1, n));
+        }
+        q.push(ingest(2, 0));
+        q.push(ingest(2, 1));
+        let mut order = Vec::new();
+        while let Some(i) = q.pop() {
+            order.push(i.source);
+            if order.len() == 2 {
+                q.push(ingest(3, 0)); // joins the turn behind those already waiting
+            }
+        }
+        assert_eq!(order, ["1:0", "2:0", "1:1", "2:1", "3:0", "1:2"]);
+        assert!(q.is_empty() && q.by_client.is_empty());
+    }
+}

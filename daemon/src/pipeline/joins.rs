@@ -97,3 +97,122 @@ pub(super) fn find_request(store: &Store, session: &str, tool_use_id: &str) -> O
     })
 }
 
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::super::draft::object;
+    use super::*;
+
+    fn draft(session: &str, event: Json) -> Draft {
+        Draft {
+            session_id: session.into(),
+            event: object(event),
+        }
+    }
+
+    fn request(session: &str, tool_use_id: &str) -> Draft {
+        draft(
+            session,
+            json!({"type": "execution.tool_use", "payload": {"tool_use_id": tool_use_id}}),
+        )
+    }
+
+    fn result(session: &str, tool_use_id: &str) -> Draft {
+        draft(
+            session,
+            json!({"type": "execution.tool_result", "payload": {"tool_use_id": tool_use_id}}),
+        )
+    }
+
+    fn cause(d: &Draft) -> Option<&str> {
+        d.event.get("causation_id").and_then(Json::as_str)
+    }
+
+    fn unused(_: &str, _: &str) -> Option<String> {
+        panic!("the log was read for a request that is remembered")
+    }
+
+    #[test]
+    fn a_result_names_its_request_by_tool_use_id() {
+        let mut joins = JoinMemory::default();
+        joins.join(&mut request("s", "tu_1"), "ev_req1", unused);
+        joins.join(&mut request("s", "tu_2"), "ev_req2", unused);
+        let mut r = result("s", "tu_1");
+        joins.join(&mut r, "ev_res1", unused);
+        assert_eq!(cause(&r), Some("ev_req1"));
+        let mut r = result("s", "tu_2");
+        joins.join(&mut r, "ev_res2", unused);
+        assert_eq!(cause(&r), Some("ev_req2"));
+    }
+
+    #[test]
+    fn a_result_with_a_cause_keeps_it() {
+        let mut joins = JoinMemory::default();
+        joins.join(&mut request("s", "tu_1"), "ev_req", unused);
+        let mut r = result("s", "tu_1");
+        r.event.insert("causation_id".into(), json!("ev_given"));
+        joins.join(&mut r, "ev_res", unused);
+        assert_eq!(cause(&r), Some("ev_given"));
+    }
+
+    #[test]
+    fn an_unmatched_result_is_looked_up_and_else_left_alone() {
+        let mut joins = JoinMemory::default();
+        joins.join(&mut request("other", "tu_1"), "ev_req", unused);
+        // Another session's call with the same id is not this one's request.
+        let mut asked = Vec::new();
+        let mut r = result("s", "tu_1");
+        joins.join(&mut r, "ev_res", |s, t| {
+            asked.push((s.to_string(), t.to_string()));
+            None
+        });
+        assert_eq!(asked, [("s".to_string(), "tu_1".to_string())]);
+        assert_eq!(cause(&r), None);
+        // What the log finds is taken.
+        let mut r = result("s", "tu_9");
+        joins.join(&mut r, "ev_res", |_, _| Some("ev_from_log".into()));
+        assert_eq!(cause(&r), Some("ev_from_log"));
+    }
+
+    #[test]
+    fn events_without_a_tool_use_id_are_neither_remembered_nor_joined() {
+        let mut joins = JoinMemory::default();
+        let mut e = draft(
+            "s",
+            json!({"type": "execution.tool_use", "payload": {"tool": "Bash"}}),
+        );
+        joins.join(&mut e, "ev_req", unused);
+        let mut r = draft("s", json!({"type": "execution.tool_result"}));
+        joins.join(&mut r, "ev_res", unused);
+        assert_eq!(cause(&r), None);
+        assert!(joins.ids.is_empty() && joins.order.is_empty());
+        // Other types with an id are not requests.
+        let mut other = draft(
+            "s",
+            json!({"type": "user.input", "payload": {"tool_use_id": "tu_1"}}),
+        );
+        joins.join(&mut other, "ev_x", unused);
+        assert_eq!(joins.get("s", "tu_1"), None);
+    }
+
+    #[test]
+    fn memory_keeps_the_latest_calls_up_to_its_bound() {
+        let mut joins = JoinMemory::default();
+        for i in 0..=JOIN_MEMORY {
+            joins.remember("s", &format!("tu_{i}"), &format!("ev_{i}"));
+        }
+        assert_eq!(
+            (joins.ids.len(), joins.order.len()),
+            (JOIN_MEMORY, JOIN_MEMORY)
+        );
+        assert_eq!(joins.get("s", "tu_0"), None, "the oldest is forgotten");
+        assert_eq!(joins.get("s", "tu_1").as_deref(), Some("ev_1"));
+        let last = format!("tu_{JOIN_MEMORY}");
+        assert_eq!(joins.get("s", &last), Some(format!("ev_{JOIN_MEMORY}")));
+        // Remembering a call again replaces its id without taking another place.
+        joins.remember("s", &last, "ev_again");
+        assert_eq!(joins.order.len(), JOIN_MEMORY);
+        assert_eq!(joins.get("s", &last).as_deref(), Some("ev_again"));
+    }
+}

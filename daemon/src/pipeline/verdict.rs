@@ -252,3 +252,36 @@ pub(super) fn verdict(
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(event: Json) -> Option<RequestKind> {
+        request_kind(&object(event))
+    }
+
+    #[test]
+    fn requests_are_tool_calls_not_yet_run_and_awaited_prompts() {
+        use RequestKind::*;
+        assert_eq!(kind(json!({"type": "execution.tool_use"})), Some(ToolUse));
+        let phase = |p: Json| json!({"type": "execution.tool_use", "payload": {"phase": p}});
+        assert_eq!(kind(phase(Json::Null)), Some(ToolUse));
+        assert_eq!(kind(phase(json!("requested"))), Some(ToolUse));
+        assert_eq!(kind(phase(json!("completed"))), None);
+        let prompt =
+            |a: Json| json!({"type": "execution.permission_requested", "payload": {"awaited": a}});
+        assert_eq!(kind(prompt(json!(true))), Some(Permission));
+        assert_eq!(kind(prompt(json!(false))), None);
+        assert_eq!(kind(json!({"type": "execution.tool_result"})), None);
+        assert_eq!(kind(json!({"payload": {}})), None);
+    }
+
+    #[test]
+    fn a_call_key_names_tool_and_input() {
+        let a = call_key("Bash", Some(&json!({"command": "ls"})));
+        assert!(a.starts_with("call:"), "{a}");
+        assert_eq!(a, call_key("Bash", Some(&json!({"command": "ls"}))));
+        assert_ne!(a, call_key("Bash", Some(&json!({"command": "rm"}))));
+        assert_ne!(a, call_key("Read", Some(&json!({"command": "ls"}))));
+    }
+}
