@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
 use dstream_sdk::protocol::{
-    CheckpointAwaitParams, CheckpointInfo, DEFAULT_MAX_FRAME_BYTES, Decision, HelloResult,
-    IngestParams, IngestResult, RpcError, codes, methods,
+    Action, CheckpointAwaitParams, CheckpointInfo, CheckpointState, DEFAULT_MAX_FRAME_BYTES,
+    Decision, HelloResult, IngestParams, IngestResult, OnTimeout, RpcError, codes, methods,
 };
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -642,7 +642,7 @@ fn exchange(
                 let mut result: IngestResult =
                     serde_json::from_value(result).map_err(|e| Failure::BadReply(e.to_string()))?;
                 if let Some(d) = &mut result.decision
-                    && d.action == "ask"
+                    && d.action == Action::Ask
                     && let Some(checkpoint) = d.checkpoint.clone()
                     && checkpoint.decision.is_none()
                 {
@@ -718,8 +718,8 @@ fn await_decision(
 /// A decided checkpoint as the verdict the agent gets.
 fn decision_of(checkpoint: CheckpointInfo) -> Decision {
     let d = checkpoint.decision.clone().expect("decided");
-    let mut reason = match checkpoint.state.as_str() {
-        "expired" => format!(
+    let mut reason = match checkpoint.state {
+        CheckpointState::Expired => format!(
             "nobody decided before the deadline; dstream applied the default ({})",
             d.action
         ),
@@ -733,7 +733,7 @@ fn decision_of(checkpoint: CheckpointInfo) -> Decision {
         reason.push_str(note);
     }
     Decision {
-        action: d.action.clone(),
+        action: d.action,
         reason: Some(reason),
         decided_by: Some(d.decided_by.clone()),
         updated_input: d.input.clone(),
@@ -873,12 +873,12 @@ fn answer(
     let verdict = match outcome {
         Ok((result, altered)) => match &result.decision {
             None => Verdict::Pass,
-            Some(d) => verdict_of(d, *altered, fail_closed),
+            Some(d) => verdict_of(d, *altered),
         },
         // The daemon would have applied the checkpoint's default by now; so does the hook.
         Err(e @ Failure::Undecided(c)) => {
             let reason = format!("{e}; its default ({}) applies", c.on_timeout);
-            if c.on_timeout == "allow" {
+            if c.on_timeout == OnTimeout::Allow {
                 Verdict::Allow {
                     reason,
                     updated_input: None,
@@ -969,10 +969,10 @@ fn answer(
     )
 }
 
-fn verdict_of(d: &Decision, altered: bool, fail_closed: bool) -> Verdict {
+fn verdict_of(d: &Decision, altered: bool) -> Verdict {
     let by = d.decided_by.as_deref().unwrap_or("dstream policy");
-    match d.action.as_str() {
-        "allow" => Verdict::Allow {
+    match d.action {
+        Action::Allow => Verdict::Allow {
             reason: d
                 .reason
                 .clone()
@@ -984,17 +984,12 @@ fn verdict_of(d: &Decision, altered: bool, fail_closed: bool) -> Verdict {
                 .clone()
                 .filter(|v| v.is_object() && !altered),
         },
-        "deny" => Verdict::Deny(
+        Action::Deny => Verdict::Deny(
             d.reason
                 .clone()
                 .unwrap_or_else(|| format!("denied by {by} (dstream)")),
         ),
-        "ask" => Verdict::Pass,
-        other if fail_closed => Verdict::Deny(format!(
-            "dstream answered with an unknown decision {other:?}; denied because the dstream \
-             hook runs fail-closed"
-        )),
-        _ => Verdict::Pass,
+        Action::Ask => Verdict::Pass,
     }
 }
 
@@ -1004,7 +999,7 @@ mod tests {
 
     fn decision(action: &str) -> Decision {
         Decision {
-            action: action.into(),
+            action: action.parse().unwrap(),
             reason: Some("because".into()),
             decided_by: Some("rule:test".into()),
             updated_input: Some(json!({"command": "ls -la"})),
@@ -1096,28 +1091,22 @@ mod tests {
             json!("deny")
         );
         assert_eq!(render("Stop", down(), true), Value::Null);
-        // A decision the hook does not know is no decision, or a denial when failing closed.
+        // A decision the hook does not know is a reply it does not understand: no decision,
+        // or a denial when failing closed.
+        let reply = json!({"events": [], "decision": {"action": "maybe"}});
+        let e = serde_json::from_value::<IngestResult>(reply).unwrap_err();
+        let unknown = || Err(Failure::BadReply(e.to_string()));
+        assert_eq!(render("PreToolUse", unknown(), false), Value::Null);
         assert_eq!(
-            render("PreToolUse", decided("maybe", false), false),
-            Value::Null
-        );
-        assert_eq!(
-            render("PreToolUse", decided("maybe", false), true)["hookSpecificOutput"]["permissionDecision"],
+            render("PreToolUse", unknown(), true)["hookSpecificOutput"]["permissionDecision"],
             json!("deny")
         );
     }
 
     #[test]
     fn missing_reasons_name_the_decider() {
-        let d = Decision {
-            action: "deny".into(),
-            reason: None,
-            decided_by: Some("rule:no-rm".into()),
-            updated_input: None,
-            checkpoint: None,
-            stop: false,
-        };
-        match verdict_of(&d, false, false) {
+        let d = Decision::new(Action::Deny, "rule:no-rm");
+        match verdict_of(&d, false) {
             Verdict::Deny(r) => assert_eq!(r, "denied by rule:no-rm (dstream)"),
             _ => panic!("expected a denial"),
         }

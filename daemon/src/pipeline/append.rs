@@ -5,7 +5,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use dstream_sdk::protocol::{Decision, IngestResult, IngestedEvent};
+use dstream_sdk::protocol::{CheckpointState, Decision, IngestResult, IngestedEvent};
 use serde_json::{Value as Json, json};
 
 use super::draft::{Draft, object};
@@ -125,12 +125,12 @@ impl Collector {
                 let mut decision = self.decision.take();
                 // The reply goes out once the request is durable: the checkpoint is pending.
                 if let Some(c) = decision.as_mut().and_then(|d| d.checkpoint.as_mut())
-                    && c.state == "recording"
+                    && c.state == CheckpointState::Recording
                     && let Some(e) = events
                         .iter()
                         .find(|e| e.event_type == "checkpoint.requested")
                 {
-                    c.state = "pending".into();
+                    c.state = CheckpointState::Pending;
                     c.lsn = e.lsn;
                 }
                 done(Ok(IngestResult { events, decision }))

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use dstream_sdk::protocol::Decision;
+use dstream_sdk::protocol::{Action, Decision};
 use serde_json::Value as Json;
 
 use super::draft::{Draft, plugin_error};
@@ -64,44 +64,35 @@ pub(super) fn decide(set: &PluginSet, draft: &Draft, notes: &mut Vec<Draft>) -> 
 
 /// A plugin's answer as a decision, or why it is none.
 fn plugin_verdict(plugin: &str, action: &str, reason: Option<String>) -> Result<Decision, String> {
-    match action {
-        "allow" | "deny" | "ask" => Ok(Decision {
-            action: action.to_string(),
+    match action.parse::<Action>() {
+        Ok(action) => Ok(Decision {
             reason,
-            decided_by: Some(format!("plugin:{plugin}")),
-            updated_input: None,
-            checkpoint: None,
-            stop: false,
+            ..Decision::new(action, format!("plugin:{plugin}"))
         }),
-        other => Err(format!(
-            "decide returned {other:?}; expected \"allow\", \"deny\", \"ask\" or nil"
+        Err(_) => Err(format!(
+            "decide returned {action:?}; expected \"allow\", \"deny\", \"ask\" or nil"
         )),
     }
 }
 
 /// The decision of a `decide` plugin that failed: deny, saying why.
 fn failed_to_decide(plugin: &str, why: &str) -> Decision {
-    Decision {
-        action: "deny".into(),
-        reason: Some(format!(
+    Decision::deny(
+        format!(
             "plugin {plugin} failed to decide: {why}; denied because a failing plugin counts as deny"
-        )),
-        decided_by: Some(format!("plugin:{plugin}")),
-        updated_input: None,
-        checkpoint: None,
-        stop: false,
-    }
+        ),
+        format!("plugin:{plugin}"),
+    )
 }
 
-/// deny > ask > allow.
+/// deny > ask > allow; of equals, the first.
 pub(super) fn strongest(a: Option<Decision>, b: Option<Decision>) -> Option<Decision> {
-    let rank = |d: &Decision| match d.action.as_str() {
-        "deny" => 3,
-        "ask" => 2,
-        _ => 1,
-    };
     match (a, b) {
-        (Some(a), Some(b)) => Some(if rank(&b) > rank(&a) { b } else { a }),
+        (Some(a), Some(b)) => Some(if b.action.strictness() > a.action.strictness() {
+            b
+        } else {
+            a
+        }),
         (a, b) => a.or(b),
     }
 }
@@ -179,7 +170,7 @@ mod tests {
     fn a_failing_plugin_counts_as_deny() {
         let failed = Some(failed_to_decide("broken", "timed out"));
         let d = failed.as_ref().unwrap();
-        assert_eq!(d.action, "deny");
+        assert_eq!(d.action, Action::Deny);
         assert_eq!(d.decided_by.as_deref(), Some("plugin:broken"));
         let reason = d.reason.as_deref().unwrap();
         assert!(

@@ -101,8 +101,8 @@ pub(super) fn find_request(store: &Store, session: &str, tool_use_id: &str) -> O
 mod tests {
     use serde_json::json;
 
-    use super::super::draft::object;
     use super::*;
+    use crate::pipeline::draft::object;
 
     fn draft(session: &str, event: Json) -> Draft {
         Draft {

@@ -278,6 +278,6 @@ mod tests {
     }
 
     fn object_of(v: Json) -> Map<String, Json> {
-        super::super::draft::object(v)
+        crate::pipeline::draft::object(v)
     }
 }

@@ -3,7 +3,7 @@
 //! call that must wait for a person, or an automatic `checkpoint.approved` / `rejected`.
 //! Where the pipeline meets the checkpoints; apart from the worker, which only asks it.
 
-use dstream_sdk::protocol::Decision;
+use dstream_sdk::protocol::{Action, Decision};
 use serde_json::{Map, Value as Json, json};
 
 use super::decide::{decide, strongest};
@@ -84,40 +84,27 @@ pub(super) fn verdict(
         tool: &tool,
         input: input.as_ref(),
     });
-    let from_rule = rule.as_ref().map(|r| Decision {
-        action: r.action.as_str().into(),
-        reason: Some(match &r.note {
+    let from_rule = rule.as_ref().map(|r| {
+        Decision::new(r.action, format!("rule:{}", r.rule)).because(match &r.note {
             Some(note) => format!("{}: {}; {note}", r.rule, r.description),
             None => format!("{}: {}", r.rule, r.description),
-        }),
-        decided_by: Some(format!("rule:{}", r.rule)),
-        updated_input: None,
-        checkpoint: None,
-        stop: false,
+        })
     });
     let mut decision = strongest(from_rule, decide(set, draft, notes));
     // Stopped remotely: every call is denied until a person prompts the agent again.
     let stopped = checkpoints.stops.get(&draft.session_id).map(|s| Decision {
-        action: "deny".into(),
-        reason: Some(format!("stopped remotely: {}", s.reason)),
-        decided_by: Some(s.decided_by),
-        updated_input: None,
-        checkpoint: None,
         stop: true,
+        ..Decision::deny(format!("stopped remotely: {}", s.reason), s.decided_by)
     });
     decision = strongest(stopped, decision);
     if decision.is_none()
         && kind == RequestKind::Permission
         && policy.permission_requests() == PermissionRequests::Ask
     {
-        decision = Some(Decision {
-            action: "ask".into(),
-            reason: Some("the agent asks for permission".into()),
-            decided_by: Some("checkpoints.permission_requests".into()),
-            updated_input: None,
-            checkpoint: None,
-            stop: false,
-        });
+        decision = Some(Decision::ask(
+            "the agent asks for permission",
+            "checkpoints.permission_requests",
+        ));
     }
     let Some(mut decision) = decision else {
         return (None, None);
@@ -143,7 +130,7 @@ pub(super) fn verdict(
         } else if let Some(r) = &rule {
             p["rule"] = json!(r.rule);
         }
-        let kind = if d.action == "deny" {
+        let kind = if d.action == Action::Deny {
             "checkpoint.rejected"
         } else {
             "checkpoint.approved"
@@ -159,23 +146,19 @@ pub(super) fn verdict(
             })),
         }
     };
-    if decision.action != "ask" {
+    if decision.action != Action::Ask {
         let event = auto(&decision, None);
         return (Some(decision), Some(event));
     }
     if let Some(g) = checkpoints.grant_for(&draft.session_id, cwd.as_deref(), &tool, input.as_ref())
     {
-        decision = Decision {
-            action: "allow".into(),
-            reason: Some(format!(
+        decision = Decision::allow(
+            format!(
                 "allowed for this {} by checkpoint {}",
                 g.scope, g.checkpoint_id
-            )),
-            decided_by: Some(format!("grant:{}", g.checkpoint_id)),
-            updated_input: None,
-            checkpoint: None,
-            stop: false,
-        };
+            ),
+            format!("grant:{}", g.checkpoint_id),
+        );
         let event = auto(&decision, Some(&g.checkpoint_id));
         return (Some(decision), Some(event));
     }
@@ -191,12 +174,10 @@ pub(super) fn verdict(
             timeout_ms,
             on_timeout,
             ..
-        }) if rule.as_ref().is_some_and(|r| r.action.as_str() == "ask") => {
-            (*timeout_ms, *on_timeout)
-        }
+        }) if rule.as_ref().is_some_and(|r| r.action == Action::Ask) => (*timeout_ms, *on_timeout),
         _ => (policy.default_timeout_ms(), policy.default_on_timeout()),
     };
-    let asking_rule = rule.as_ref().filter(|r| r.action.as_str() == "ask");
+    let asking_rule = rule.as_ref().filter(|r| r.action == Action::Ask);
     let request = NewRequest {
         session_id: draft.session_id.clone(),
         key,
@@ -215,7 +196,7 @@ pub(super) fn verdict(
     match checkpoints.prepare(request) {
         Ok(Prepared::Existing(info)) => {
             if let Some(d) = &info.decision {
-                decision.action = d.action.clone();
+                decision.action = d.action;
                 decision.reason = d
                     .note
                     .clone()
@@ -243,7 +224,7 @@ pub(super) fn verdict(
         Err(e) => {
             // No one could be asked: refuse the call rather than let it through unseen.
             tracing::error!(error = %e, "cannot open a checkpoint; the call is denied");
-            decision.action = "deny".into();
+            decision.action = Action::Deny;
             decision.reason = Some(format!("dstream could not open a checkpoint: {e}"));
             decision.decided_by = Some("dstream".into());
             let event = auto(&decision, None);
