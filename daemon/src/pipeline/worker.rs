@@ -80,6 +80,8 @@ impl Worker {
         let raw: Arc<Json> =
             Arc::new(crate::lossy_json::parse(raw.get()).map_or(Json::Null, |(v, _)| v));
         let fallback = fallback_session(&source, session_id.as_deref(), &raw);
+
+        // map
         let drafts = map(
             set,
             &source,
