@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use dstream_sdk::protocol::{Action, OnTimeout};
 use serde::Deserialize;
 
 /// The default configuration, the same text as the documented `config.toml`.
@@ -112,23 +113,6 @@ pub struct CheckpointsConfig {
     pub rules: Vec<RuleConfig>,
 }
 
-/// What a checkpoint's deadline decides.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OnTimeout {
-    Allow,
-    Deny,
-}
-
-impl OnTimeout {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OnTimeout::Allow => "allow",
-            OnTimeout::Deny => "deny",
-        }
-    }
-}
-
 /// What an agent's own permission prompt (Claude Code's PermissionRequest) becomes when no
 /// rule matches it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -152,29 +136,11 @@ pub struct RuleConfig {
     /// The agent (`claude-code`, `opencode`, …); any when unset.
     #[serde(default)]
     pub source: Option<String>,
-    pub action: RuleAction,
+    pub action: Action,
     #[serde(default)]
     pub timeout_ms: Option<u64>,
     #[serde(default)]
     pub on_timeout: Option<OnTimeout>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RuleAction {
-    Allow,
-    Deny,
-    Ask,
-}
-
-impl RuleAction {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RuleAction::Allow => "allow",
-            RuleAction::Deny => "deny",
-            RuleAction::Ask => "ask",
-        }
-    }
 }
 
 /// `[redact]`: what the store's redactor treats as secrets.

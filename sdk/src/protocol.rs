@@ -513,6 +513,123 @@ pub struct RelayTotals {
     pub retries: u64,
 }
 
+/// Declares an enum whose variants are words on the wire: each serialized as its word, parsed
+/// back with [`str::parse`], listed in `ALL`, so that a word is spelled once.
+macro_rules! words {
+    ($(#[$doc:meta])* $name:ident = $label:literal { $($(#[$vdoc:meta])* $variant:ident = $word:literal,)* }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        pub enum $name {
+            $($(#[$vdoc])* #[serde(rename = $word)] $variant,)*
+        }
+
+        impl $name {
+            /// Every word, in the order declared.
+            pub const ALL: &[$name] = &[$($name::$variant),*];
+
+            /// The word on the wire.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $word,)*
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = UnknownWord;
+
+            fn from_str(word: &str) -> Result<$name, UnknownWord> {
+                match word {
+                    $($word => Ok($name::$variant),)*
+                    _ => Err(UnknownWord {
+                        kind: $label,
+                        word: word.to_string(),
+                    }),
+                }
+            }
+        }
+    };
+}
+
+/// A word that names none of an enum's variants (see [`Action`], [`OnTimeout`],
+/// [`CheckpointState`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {kind} {word:?}")]
+pub struct UnknownWord {
+    /// What the word was to name, e.g. `action`.
+    pub kind: &'static str,
+    pub word: String,
+}
+
+words! {
+    /// What is done with a tool call.
+    Action = "action" {
+        /// Run it.
+        Allow = "allow",
+        /// Refuse it.
+        Deny = "deny",
+        /// Let the agent ask its user as it normally would (or hold it at a checkpoint).
+        Ask = "ask",
+    }
+}
+
+impl Action {
+    /// How strict the action is: of several verdicts on one call the strictest wins,
+    /// deny over ask over allow.
+    pub const fn strictness(self) -> u8 {
+        match self {
+            Action::Allow => 1,
+            Action::Ask => 2,
+            Action::Deny => 3,
+        }
+    }
+}
+
+words! {
+    /// What a checkpoint's deadline decides when nobody did.
+    OnTimeout = "on_timeout" {
+        Allow = "allow",
+        Deny = "deny",
+    }
+}
+
+impl OnTimeout {
+    /// The action the deadline's decision takes.
+    pub const fn action(self) -> Action {
+        match self {
+            OnTimeout::Allow => Action::Allow,
+            OnTimeout::Deny => Action::Deny,
+        }
+    }
+}
+
+words! {
+    /// Where a checkpoint stands.
+    CheckpointState = "checkpoint state" {
+        /// Its request is being written to the log; a client sees it as pending.
+        Recording = "recording",
+        /// Waiting for a person.
+        Pending = "pending",
+        Approved = "approved",
+        Rejected = "rejected",
+        /// Its deadline passed and decided it (see [`OnTimeout`]).
+        Expired = "expired",
+    }
+}
+
+impl CheckpointState {
+    /// Not decided yet.
+    pub const fn is_pending(self) -> bool {
+        matches!(self, CheckpointState::Pending | CheckpointState::Recording)
+    }
+}
+
 // ---- ingest ----
 
 /// A raw event from an agent's hook, for the pipeline to map, filter and store.
@@ -556,7 +673,7 @@ pub struct IngestResult {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Decision {
     /// `allow`, `deny` or `ask` (let the agent ask its user as it normally would).
-    pub action: String,
+    pub action: Action,
     /// Why, for the agent and the person.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -574,6 +691,41 @@ pub struct Decision {
     /// Code gets `"continue": false`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stop: bool,
+}
+
+impl Decision {
+    /// `action`, decided by `decided_by`, with no reason given.
+    pub fn new(action: Action, decided_by: impl Into<String>) -> Decision {
+        Decision {
+            action,
+            reason: None,
+            decided_by: Some(decided_by.into()),
+            updated_input: None,
+            checkpoint: None,
+            stop: false,
+        }
+    }
+
+    /// Allow, because `reason`, decided by `decided_by`.
+    pub fn allow(reason: impl Into<String>, decided_by: impl Into<String>) -> Decision {
+        Decision::new(Action::Allow, decided_by).because(reason)
+    }
+
+    /// Deny, because `reason`, decided by `decided_by`.
+    pub fn deny(reason: impl Into<String>, decided_by: impl Into<String>) -> Decision {
+        Decision::new(Action::Deny, decided_by).because(reason)
+    }
+
+    /// Ask, because `reason`, decided by `decided_by`.
+    pub fn ask(reason: impl Into<String>, decided_by: impl Into<String>) -> Decision {
+        Decision::new(Action::Ask, decided_by).because(reason)
+    }
+
+    /// The same decision, saying why.
+    pub fn because(mut self, reason: impl Into<String>) -> Decision {
+        self.reason = Some(reason.into());
+        self
+    }
 }
 
 // ---- checkpoints ----
@@ -722,7 +874,7 @@ pub struct CheckpointDecision {
     /// `approve`, `reject`, an option's id, or the default applied at the deadline.
     pub decision: String,
     /// `allow` or `deny`.
-    pub action: String,
+    pub action: Action,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
     /// The edited input, when the person changed it.
@@ -743,7 +895,7 @@ pub struct CheckpointInfo {
     pub session_id: String,
     pub key: String,
     /// `recording` (being written), `pending`, `approved`, `rejected` or `expired`.
-    pub state: String,
+    pub state: CheckpointState,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool: Option<String>,
     /// The tool's input (in lists and awaits that ask for detail).
@@ -754,7 +906,7 @@ pub struct CheckpointInfo {
     pub created_ms: u64,
     pub deadline_ms: u64,
     /// `allow` or `deny`, applied at the deadline.
-    pub on_timeout: String,
+    pub on_timeout: OnTimeout,
     /// The rule that asked, if a rule did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rule: Option<String>,
@@ -774,7 +926,7 @@ pub struct CheckpointInfo {
 
 impl CheckpointInfo {
     pub fn is_pending(&self) -> bool {
-        matches!(self.state.as_str(), "pending" | "recording")
+        self.state.is_pending()
     }
 }
 
@@ -876,5 +1028,86 @@ mod tests {
             assert_eq!(e, UnknownMethod(name.to_string()));
             assert_eq!(e.to_string(), format!("unknown method {name:?}"));
         }
+    }
+
+    #[test]
+    fn words_are_their_wire_strings_both_ways() {
+        fn check<W>(all: &[W], words: &[&str])
+        where
+            W: Copy + std::fmt::Debug + PartialEq + Serialize + std::fmt::Display,
+            W: for<'de> Deserialize<'de> + std::str::FromStr<Err = UnknownWord>,
+        {
+            assert_eq!(all.len(), words.len());
+            for (&w, &word) in all.iter().zip(words) {
+                assert_eq!(serde_json::to_value(w).unwrap(), Value::from(word));
+                assert_eq!(serde_json::from_value::<W>(Value::from(word)).unwrap(), w);
+                assert_eq!(word.parse::<W>(), Ok(w));
+                assert_eq!(w.to_string(), word);
+            }
+            for bad in ["", "Allow", "DENY", "approve", " pending"] {
+                assert!(bad.parse::<W>().is_err(), "{bad:?}");
+                assert!(
+                    serde_json::from_value::<W>(Value::from(bad)).is_err(),
+                    "{bad:?}"
+                );
+            }
+        }
+        check(Action::ALL, &["allow", "deny", "ask"]);
+        check(OnTimeout::ALL, &["allow", "deny"]);
+        check(
+            CheckpointState::ALL,
+            &["recording", "pending", "approved", "rejected", "expired"],
+        );
+        assert_eq!(
+            "maybe".parse::<Action>().unwrap_err().to_string(),
+            "unknown action \"maybe\""
+        );
+    }
+
+    #[test]
+    fn strictness_orders_deny_ask_allow() {
+        assert!(Action::Deny.strictness() > Action::Ask.strictness());
+        assert!(Action::Ask.strictness() > Action::Allow.strictness());
+        assert_eq!(OnTimeout::Allow.action(), Action::Allow);
+        assert_eq!(OnTimeout::Deny.action(), Action::Deny);
+        let pending: Vec<_> = CheckpointState::ALL
+            .iter()
+            .filter(|s| s.is_pending())
+            .collect();
+        assert_eq!(
+            pending,
+            [&CheckpointState::Recording, &CheckpointState::Pending]
+        );
+    }
+
+    #[test]
+    fn a_decision_is_written_as_before() {
+        let d = Decision::deny("no", "rule:rules[0]");
+        assert_eq!(
+            serde_json::to_value(&d).unwrap(),
+            serde_json::json!({"action": "deny", "reason": "no", "decided_by": "rule:rules[0]"})
+        );
+        let d = Decision {
+            stop: true,
+            ..Decision::new(Action::Ask, "x")
+        };
+        assert_eq!(
+            serde_json::to_value(&d).unwrap(),
+            serde_json::json!({"action": "ask", "decided_by": "x", "stop": true})
+        );
+        let back: Decision =
+            serde_json::from_str(r#"{"action":"allow","reason":"r","decided_by":"b"}"#).unwrap();
+        assert_eq!(back, Decision::allow("r", "b"));
+    }
+
+    #[test]
+    fn a_checkpoint_is_written_as_before() {
+        let text = r#"{"id":"ck_1","session_id":"s","key":"k","state":"expired","summary":"ls","options":[{"id":"approve","action":"allow"}],"created_ms":1,"deadline_ms":2,"on_timeout":"deny","lsn":3,"decision":{"decision":"deny","action":"deny","decided_by":"timeout","decided_ms":2},"delivered":false}"#;
+        let info: CheckpointInfo = serde_json::from_str(text).unwrap();
+        assert_eq!(info.state, CheckpointState::Expired);
+        assert_eq!(info.on_timeout, OnTimeout::Deny);
+        assert_eq!(info.decision.as_ref().unwrap().action, Action::Deny);
+        assert!(!info.is_pending());
+        assert_eq!(serde_json::to_string(&info).unwrap(), text);
     }
 }

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dstream_sdk::protocol::CheckpointInfo;
+use dstream_sdk::protocol::{CheckpointInfo, CheckpointState};
 use serde_json::Value as Json;
 use tokio::sync::{Notify, oneshot};
 
@@ -23,9 +23,9 @@ use super::markers::Markers;
 use super::table::{self, Entry, Table};
 use super::types::{CheckpointError, NewRequest, Prepared, checkpoint_id};
 use super::{events, replay, stop};
-use crate::config::OnTimeout;
 use crate::store::{AppendAck, NewEventRaw, Store, StoreError};
 use crate::util::time::now_ms;
+use dstream_sdk::protocol::OnTimeout;
 
 /// The checkpoints. Its parts are shared with [`super::decide`], which decides them.
 pub struct Checkpoints {
@@ -201,14 +201,14 @@ impl Checkpoints {
             id: id.clone(),
             session_id: req.session_id.clone(),
             key: req.key.clone(),
-            state: "recording".into(),
+            state: CheckpointState::Recording,
             tool: req.tool.clone(),
             input: None,
             summary: req.summary.clone(),
             options: req.options.clone(),
             created_ms,
             deadline_ms: created_ms.saturating_add(req.timeout_ms),
-            on_timeout: on_timeout.as_str().into(),
+            on_timeout,
             rule: req.rule.clone(),
             source: req.source.clone(),
             cwd: req.cwd.clone(),
@@ -262,7 +262,7 @@ impl Checkpoints {
                 let Some(e) = table.entries.get_mut(id) else {
                     return;
                 };
-                e.info.state = "pending";
+                e.info.state = CheckpointState::Pending;
                 e.info.lsn = ack.lsn;
                 let deadline = e.info.deadline_ms;
                 table.deadlines.insert((deadline, id.to_string()));
@@ -399,7 +399,7 @@ impl Checkpoints {
     /// Also returns how many matched before the limit cut the list.
     pub fn list(
         &self,
-        state: Option<&str>,
+        state: Option<CheckpointState>,
         session: Option<&str>,
         tool: Option<&str>,
         newest_first: bool,

@@ -9,6 +9,7 @@ use std::future::Future;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use dstream_sdk::protocol::OnTimeout;
 use tokio::sync::Notify;
 
 use super::types::Resolution;
@@ -29,9 +30,9 @@ pub(super) trait Expire: Send + Sync + 'static {
 }
 
 /// The decision a deadline makes on a checkpoint whose default is `on_timeout`.
-pub(super) fn timeout_resolution(on_timeout: &str) -> Resolution {
+pub(super) fn timeout_resolution(on_timeout: OnTimeout) -> Resolution {
     Resolution {
-        decision: if on_timeout == "allow" {
+        decision: if on_timeout == OnTimeout::Allow {
             "approve".into()
         } else {
             "reject".into()
@@ -75,14 +76,12 @@ mod tests {
 
     #[test]
     fn a_deadline_decides_the_default() {
-        let allow = timeout_resolution("allow");
+        let allow = timeout_resolution(OnTimeout::Allow);
         assert_eq!(
             (allow.decision.as_str(), allow.decided_by.as_str()),
             ("approve", "timeout")
         );
-        assert_eq!(timeout_resolution("deny").decision, "reject");
-        // Anything else is a deny.
-        assert_eq!(timeout_resolution("").decision, "reject");
+        assert_eq!(timeout_resolution(OnTimeout::Deny).decision, "reject");
     }
 
     #[test]

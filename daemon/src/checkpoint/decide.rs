@@ -8,12 +8,14 @@
 
 use std::sync::Arc;
 
-use dstream_sdk::protocol::{CheckpointDecision, CheckpointInfo, CheckpointOption};
+use dstream_sdk::protocol::{
+    CheckpointDecision, CheckpointInfo, CheckpointOption, CheckpointState,
+};
 
 use super::api::Checkpoints;
 use super::deadlines::{self, Expire};
 use super::grants::Grant;
-use super::table::{self, state_of};
+use super::table::{self, action_named, state_of};
 use super::types::{CheckpointError, Resolution};
 use super::{events, stop};
 use crate::store::{AppendAck, StoreError};
@@ -41,11 +43,11 @@ impl Checkpoints {
                 path: self.dir.join("stopped").join(session),
                 source,
             })?;
-        let pending = self
-            .table
-            .lock()
-            .unwrap()
-            .matching(Some("pending"), Some(session), None);
+        let pending = self.table.lock().unwrap().matching(
+            Some(CheckpointState::Pending),
+            Some(session),
+            None,
+        );
         let mut rejected = Vec::new();
         for c in table::page(pending, false, None).0 {
             let r = Resolution {
@@ -102,7 +104,7 @@ impl Checkpoints {
                     first: format!("a decision by {by} is being recorded"),
                 });
             }
-            if e.info.state == "recording" {
+            if e.info.state == CheckpointState::Recording {
                 return Err(CheckpointError::NotReady(id.to_string()));
             }
             let option = events::option_for(&r.decision, id, &e.options)?;
@@ -140,14 +142,14 @@ impl Checkpoints {
             } else {
                 r.decision
             },
-            action: option.action.clone(),
+            action: action_named(&option.action),
             note: r.note,
             input: r.input,
             decided_by: r.decided_by,
             decided_ms: now_ms(),
             event_id: Some(ack.id),
         };
-        e.info.state = state_of(&option.action, expired);
+        e.info.state = state_of(action_named(&option.action), expired);
         e.info.decision = Some(Box::new(decision));
         let info = e.view(id);
         let waiters = std::mem::take(&mut e.waiters);

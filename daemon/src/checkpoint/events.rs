@@ -6,11 +6,13 @@
 //! [`super::replay`] reads back after a restart; both sides of that contract are pure
 //! functions, kept apart from the table and the files. Also which option a decision picks.
 
-use dstream_sdk::protocol::{CheckpointDecision, CheckpointInfo, CheckpointOption};
+use dstream_sdk::protocol::{
+    Action, CheckpointDecision, CheckpointInfo, CheckpointOption, CheckpointState,
+};
 use serde_json::value::to_raw_value;
 use serde_json::{Value as Json, json};
 
-use super::table::Entry;
+use super::table::{Entry, action_named};
 use super::types::{CheckpointError, NewRequest, Resolution};
 use crate::store::NewEventRaw;
 
@@ -67,15 +69,15 @@ pub(super) fn option_for(
     id: &str,
     options: &[CheckpointOption],
 ) -> Result<CheckpointOption, CheckpointError> {
-    let plain = |id: &str, action: &str| CheckpointOption {
+    let plain = |id: &str, action: Action| CheckpointOption {
         id: id.into(),
         label: None,
-        action: action.into(),
+        action: action.as_str().into(),
         scope: None,
     };
     match decision {
-        "approve" | "allow" => Ok(plain("approve", "allow")),
-        "reject" | "deny" => Ok(plain("reject", "deny")),
+        "approve" | "allow" => Ok(plain("approve", Action::Allow)),
+        "reject" | "deny" => Ok(plain("reject", Action::Deny)),
         other => options
             .iter()
             .find(|o| o.id == other)
@@ -107,7 +109,7 @@ pub(super) fn decided(
 ) -> Result<NewEventRaw, CheckpointError> {
     let mut payload = json!({
         "checkpoint_id": id,
-        "decision": if expired { e.info.on_timeout } else { r.decision.as_str() },
+        "decision": if expired { e.info.on_timeout.as_str() } else { r.decision.as_str() },
         "action": option.action,
         "decided_by": r.decided_by,
         "decided_ms": decided_ms,
@@ -128,7 +130,7 @@ pub(super) fn decided(
     }
     let kind = if expired {
         "checkpoint.expired"
-    } else if option.action == "deny" {
+    } else if action_named(&option.action) == Action::Deny {
         "checkpoint.rejected"
     } else {
         "checkpoint.approved"
@@ -166,7 +168,7 @@ pub(super) fn aborted(
 }
 
 /// A decision as a refused second decision names it.
-pub(super) fn describe_decision(d: &CheckpointDecision, state: &str) -> String {
+pub(super) fn describe_decision(d: &CheckpointDecision, state: CheckpointState) -> String {
     let mut s = format!("{state} ({}) by {}", d.decision, d.decided_by);
     if let Some(n) = &d.note {
         s.push_str(&format!(", note {n:?}"));
@@ -205,7 +207,7 @@ mod tests {
     fn a_second_decision_hears_who_made_the_first() {
         let mut d = CheckpointDecision {
             decision: "reject".into(),
-            action: "deny".into(),
+            action: Action::Deny,
             note: None,
             input: None,
             decided_by: "user:ann".into(),
@@ -213,12 +215,12 @@ mod tests {
             event_id: None,
         };
         assert_eq!(
-            describe_decision(&d, "rejected"),
+            describe_decision(&d, CheckpointState::Rejected),
             "rejected (reject) by user:ann"
         );
         d.note = Some("no".into());
         assert_eq!(
-            describe_decision(&d, "rejected"),
+            describe_decision(&d, CheckpointState::Rejected),
             "rejected (reject) by user:ann, note \"no\""
         );
     }

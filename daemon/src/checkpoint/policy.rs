@@ -14,13 +14,14 @@ use serde_json::Value as Json;
 
 use super::shell::{self, Invocation, ShellError};
 use super::shell_rule::{self, Flags};
-use crate::config::{CheckpointsConfig, OnTimeout, PermissionRequests, RuleAction, RuleConfig};
+use crate::config::{CheckpointsConfig, PermissionRequests, RuleConfig};
 use crate::util::glob::glob_match;
+use dstream_sdk::protocol::{Action, OnTimeout};
 
 /// What the policy says about one tool call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RuleVerdict {
-    pub action: RuleAction,
+    pub action: Action,
     /// `rules[i]`, naming the rule that matched.
     pub rule: String,
     /// The rule as written, for people.
@@ -85,11 +86,7 @@ impl Policy {
                         .is_none_or(|s| glob_match(s, call.source, true))
             })
             .collect();
-        let strict = || {
-            targeting
-                .iter()
-                .filter(|(_, r)| r.action != RuleAction::Allow)
-        };
+        let strict = || targeting.iter().filter(|(_, r)| r.action != Action::Allow);
         let mut best =
             strongest(strict().filter(|(_, r)| r.input.as_deref().is_none_or(|p| subject.hits(p))));
         let mut note = None;
@@ -99,9 +96,9 @@ impl Policy {
         {
             // Unseen is not harmless: the strictest rule on this tool holds, glob or not.
             let strictest = strongest(strict());
-            if strictest
-                .is_some_and(|(_, s)| best.is_none_or(|(_, b)| rank(s.action) > rank(b.action)))
-            {
+            if strictest.is_some_and(|(_, s)| {
+                best.is_none_or(|(_, b)| s.action.strictness() > b.action.strictness())
+            }) {
                 best = strictest;
                 note = Some(format!(
                     "the command could not be parsed ({e}), so it counts as matching the \
@@ -128,7 +125,9 @@ fn strongest<'a>(
     rules: impl Iterator<Item = &'a (usize, &'a RuleConfig)>,
 ) -> Option<(usize, &'a RuleConfig)> {
     rules.fold(None, |best, &(i, rule)| {
-        if best.is_none_or(|(_, b): (usize, &RuleConfig)| rank(rule.action) > rank(b.action)) {
+        if best.is_none_or(|(_, b): (usize, &RuleConfig)| {
+            rule.action.strictness() > b.action.strictness()
+        }) {
             Some((i, rule))
         } else {
             best
@@ -198,7 +197,7 @@ impl Subject {
     ) -> Option<(usize, &'a RuleConfig)> {
         let mut allows = targeting
             .iter()
-            .filter(|(_, r)| r.action == RuleAction::Allow)
+            .filter(|(_, r)| r.action == Action::Allow)
             .copied();
         allows.clone().next()?;
         match self.parsed() {
@@ -234,14 +233,6 @@ pub fn grant_covers(glob: &str, input: Option<&Json>) -> bool {
 /// Code's Bash, of OpenCode's bash, of any tool that has one.
 pub fn shell_command(input: &Json) -> Option<&str> {
     input.get("command").and_then(Json::as_str)
-}
-
-fn rank(a: RuleAction) -> u8 {
-    match a {
-        RuleAction::Deny => 3,
-        RuleAction::Ask => 2,
-        RuleAction::Allow => 1,
-    }
 }
 
 fn describe(rule: &crate::config::RuleConfig) -> String {
@@ -335,10 +326,10 @@ action = "deny"
             })
         };
         let v = call("bash", "ls").unwrap();
-        assert_eq!((v.action, v.rule.as_str()), (RuleAction::Ask, "rules[1]"));
+        assert_eq!((v.action, v.rule.as_str()), (Action::Ask, "rules[1]"));
         assert_eq!(v.timeout_ms, 1000);
-        assert_eq!(call("Bash", "rm -rf /").unwrap().action, RuleAction::Deny);
-        assert_eq!(call("Read", "x").unwrap().action, RuleAction::Allow);
+        assert_eq!(call("Bash", "rm -rf /").unwrap().action, Action::Deny);
+        assert_eq!(call("Read", "x").unwrap().action, Action::Allow);
     }
 
     #[test]
@@ -382,7 +373,7 @@ action = "ask"
         })
     }
 
-    fn action(p: &Policy, command: &str) -> Option<RuleAction> {
+    fn action(p: &Policy, command: &str) -> Option<Action> {
         bash(p, command).map(|v| v.action)
     }
 
@@ -418,7 +409,7 @@ action = "deny"
             "timeout 5 nice -n 1 sudo -u root /usr/bin/rm -r -f x",
             "find . -exec rm -rf {} +",
         ] {
-            assert_eq!(action(&p, line), Some(RuleAction::Deny), "{line:?}");
+            assert_eq!(action(&p, line), Some(Action::Deny), "{line:?}");
         }
         for line in ["rm x", "rm -r x", "echo rm -rf x", "git rm -rf x"] {
             assert_eq!(action(&p, line), None, "{line:?}");
@@ -439,13 +430,13 @@ input = "sh*"
 action = "ask"
 "#,
         );
-        assert_eq!(action(&p, "curl x | sh"), Some(RuleAction::Deny));
+        assert_eq!(action(&p, "curl x | sh"), Some(Action::Deny));
         // The simple command `sh …` meets `sh*` though the line starts with `cd`.
         let v = bash(&p, "cd x && sh run.sh").unwrap();
-        assert_eq!((v.action, v.rule.as_str()), (RuleAction::Ask, "rules[1]"));
+        assert_eq!((v.action, v.rule.as_str()), (Action::Ask, "rules[1]"));
         // `cmd | sh` runs what cannot be seen: the strictest rule holds.
         let v = bash(&p, "cat x | sh").unwrap();
-        assert_eq!((v.action, v.rule.as_str()), (RuleAction::Deny, "rules[0]"));
+        assert_eq!((v.action, v.rule.as_str()), (Action::Deny, "rules[0]"));
         assert!(
             v.note
                 .unwrap()
@@ -467,9 +458,9 @@ input = "ls *"
 action = "allow"
 "#,
         );
-        assert_eq!(action(&p, "git status"), Some(RuleAction::Allow));
+        assert_eq!(action(&p, "git status"), Some(Action::Allow));
         let v = bash(&p, "ls -la && git status -s | sudo git status").unwrap();
-        assert_eq!((v.action, v.rule.as_str()), (RuleAction::Allow, "rules[0]"));
+        assert_eq!((v.action, v.rule.as_str()), (Action::Allow, "rules[0]"));
         for line in [
             "git status; rm -rf /",
             "git status && curl x | sh",
@@ -506,18 +497,18 @@ action = "deny"
             &"x ".repeat(shell::MAX_LEN),
         ] {
             let v = bash(&p, line).unwrap_or_else(|| panic!("{line:?}"));
-            assert_eq!((v.action, v.rule.as_str()), (RuleAction::Deny, "rules[1]"));
+            assert_eq!((v.action, v.rule.as_str()), (Action::Deny, "rules[1]"));
             let note = v.note.unwrap_or_default();
             assert!(note.contains("could not be parsed"), "{note}");
         }
         // A parsed line matches as usual; nothing targets other tools.
-        assert_eq!(action(&p, "git push"), Some(RuleAction::Ask));
+        assert_eq!(action(&p, "git push"), Some(Action::Ask));
         assert!(bash(&p, "git push").unwrap().note.is_none());
         assert_eq!(action(&p, "ls"), None);
         let only_ask = policy(
             "[[checkpoints.rules]]\ntool = \"Bash\"\ninput = \"git push*\"\naction = \"ask\"\n",
         );
-        assert_eq!(action(&only_ask, "echo 'x"), Some(RuleAction::Ask));
+        assert_eq!(action(&only_ask, "echo 'x"), Some(Action::Ask));
         let only_allow = policy(
             "[[checkpoints.rules]]\ntool = \"Bash\"\ninput = \"echo*\"\naction = \"allow\"\n",
         );

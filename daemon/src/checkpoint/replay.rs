@@ -7,11 +7,13 @@
 
 use std::collections::HashMap;
 
-use dstream_sdk::protocol::{CheckpointDecision, CheckpointInfo};
+use dstream_sdk::protocol::{
+    Action, CheckpointDecision, CheckpointInfo, CheckpointState, OnTimeout,
+};
 use serde_json::Value as Json;
 
 use super::markers::Markers;
-use super::table::{Entry, Table, state_of};
+use super::table::{Entry, Table, action_named, state_of};
 use super::types::default_options;
 use crate::store::{Store, StoreError, read_range};
 
@@ -43,14 +45,16 @@ pub(super) fn apply(found: &mut HashMap<String, Box<Entry>>, session: &str, lsn:
                 id: id.to_string(),
                 session_id: session.to_string(),
                 key: text("key").unwrap_or_default(),
-                state: "pending".into(),
+                state: CheckpointState::Pending,
                 tool: text("tool"),
                 input: None,
                 summary: text("summary").unwrap_or_default(),
                 options,
                 created_ms: num("created_ms"),
                 deadline_ms: num("deadline_ms"),
-                on_timeout: text("on_timeout").unwrap_or_else(|| "deny".into()),
+                on_timeout: text("on_timeout")
+                    .and_then(|w| w.parse().ok())
+                    .unwrap_or(OnTimeout::Deny),
                 rule: text("rule"),
                 source: text("source"),
                 cwd: text("cwd"),
@@ -75,14 +79,12 @@ pub(super) fn apply(found: &mut HashMap<String, Box<Entry>>, session: &str, lsn:
             if e.info.decision.is_some() {
                 return;
             }
-            let action = text("action").unwrap_or_else(|| {
-                if kind == "checkpoint.rejected" {
-                    "deny".into()
-                } else {
-                    "allow".into()
-                }
-            });
-            e.info.state = state_of(&action, kind == "checkpoint.expired");
+            let action = match text("action") {
+                Some(word) => action_named(&word),
+                None if kind == "checkpoint.rejected" => Action::Deny,
+                None => Action::Allow,
+            };
+            e.info.state = state_of(action, kind == "checkpoint.expired");
             e.info.decision = Some(Box::new(CheckpointDecision {
                 decision: text("decision").unwrap_or_default(),
                 action,
@@ -226,10 +228,10 @@ mod tests {
     fn a_request_alone_is_pending_with_what_it_said() {
         let found = replay(&[request("ck_a")]);
         let c = view(&found, "ck_a");
-        assert_eq!(c.state, "pending");
+        assert_eq!(c.state, CheckpointState::Pending);
         assert_eq!(c.session_id, S);
         assert_eq!((c.created_ms, c.deadline_ms, c.lsn), (10, 60_010, 1));
-        assert_eq!(c.on_timeout, "allow");
+        assert_eq!(c.on_timeout, OnTimeout::Allow);
         assert_eq!(c.tool.as_deref(), Some("Bash"));
         assert_eq!(c.rule.as_deref(), Some("rules[0]"));
         assert_eq!(&*found["ck_a"].request_event_id, "ev-req-ck_a");
@@ -244,7 +246,7 @@ mod tests {
         let v = json!({"type": "checkpoint.requested", "payload": {"checkpoint_id": "ck_a"}});
         let c = view(&replay(&[v]), "ck_a");
         assert_eq!((c.on_timeout.as_str(), c.key.as_str()), ("deny", ""));
-        assert_eq!(c.state, "pending");
+        assert_eq!(c.state, CheckpointState::Pending);
     }
 
     #[test]
@@ -265,14 +267,14 @@ mod tests {
             };
             let found = replay(&[request("ck_a"), decision(kind, "ck_a", p)]);
             let c = view(&found, "ck_a");
-            assert_eq!(c.state, state, "{kind} {action:?}");
+            assert_eq!(c.state.as_str(), state, "{kind} {action:?}");
             let d = c.decision.unwrap();
             let want = action.unwrap_or(if kind == "checkpoint.rejected" {
                 "deny"
             } else {
                 "allow"
             });
-            assert_eq!(d.action, want);
+            assert_eq!(d.action.as_str(), want);
             assert_eq!(d.event_id, Some(format!("ev-{kind}-ck_a")));
             assert_eq!((d.decided_by.as_str(), d.decided_ms), ("user:ann", 20));
         }
@@ -295,7 +297,7 @@ mod tests {
             decision("checkpoint.expired", "ck_a", json!({"decision": "allow"})),
         ]);
         let c = view(&found, "ck_a");
-        assert_eq!(c.state, "rejected");
+        assert_eq!(c.state, CheckpointState::Rejected);
         let d = c.decision.unwrap();
         assert_eq!(
             (d.decision.as_str(), d.note.as_deref()),
@@ -311,7 +313,7 @@ mod tests {
             request("ck_a"),
         ]);
         assert_eq!(found.len(), 1);
-        assert_eq!(view(&found, "ck_a").state, "pending");
+        assert_eq!(view(&found, "ck_a").state, CheckpointState::Pending);
     }
 
     #[test]
@@ -340,7 +342,7 @@ mod tests {
         assert_eq!(found.len(), 1);
         let c = view(&found, "ck_a");
         assert!(c.delivered);
-        assert_eq!(c.state, "approved");
+        assert_eq!(c.state, CheckpointState::Approved);
     }
 
     #[test]
@@ -350,8 +352,8 @@ mod tests {
             request("ck_b"),
             decision("checkpoint.expired", "ck_b", json!({"action": "deny"})),
         ]);
-        assert_eq!(view(&found, "ck_a").state, "pending");
-        assert_eq!(view(&found, "ck_b").state, "expired");
+        assert_eq!(view(&found, "ck_a").state, CheckpointState::Pending);
+        assert_eq!(view(&found, "ck_b").state, CheckpointState::Expired);
     }
 
     /// An event as the log holds it once appended with the id `id`.
@@ -371,14 +373,14 @@ mod tests {
             id: id.clone(),
             session_id: S.into(),
             key: "tool-1".into(),
-            state: "recording".into(),
+            state: CheckpointState::Recording,
             tool: Some("Bash".into()),
             input: None,
             summary: "run git push".into(),
             options: default_options(true),
             created_ms: 100,
             deadline_ms: 5_100,
-            on_timeout: "deny".into(),
+            on_timeout: OnTimeout::Deny,
             rule: Some("rules[1]".into()),
             source: Some("claude".into()),
             cwd: Some("/proj".into()),
@@ -398,7 +400,7 @@ mod tests {
         let found = replay(&[logged(&requested, "ev-1")]);
         let held = &found[&id];
         let mut want = info.clone();
-        want.state = "pending".into();
+        want.state = CheckpointState::Pending;
         want.lsn = 1;
         assert_eq!(held.view(&id), want);
         assert_eq!(held.input_glob.as_deref(), Some("git *"));
@@ -421,13 +423,13 @@ mod tests {
             logged(&delivered, "ev-3"),
         ]);
         let c = view(&found, &id);
-        assert_eq!(c.state, "approved");
+        assert_eq!(c.state, CheckpointState::Approved);
         assert!(c.delivered);
         assert_eq!(
             c.decision,
             Some(CheckpointDecision {
                 decision: "approve_project".into(),
-                action: "allow".into(),
+                action: Action::Allow,
                 note: Some("fine".into()),
                 input: None,
                 decided_by: "user:ann".into(),
@@ -454,7 +456,7 @@ mod tests {
         assert_eq!(expired.event_type, "checkpoint.expired");
         let found = replay(&[request("ck_a"), logged(&expired, "ev-2")]);
         let c = view(&found, "ck_a");
-        assert_eq!(c.state, "expired");
+        assert_eq!(c.state, CheckpointState::Expired);
         let d = c.decision.unwrap();
         assert_eq!((d.decision.as_str(), d.action.as_str()), ("allow", "allow"));
     }

@@ -8,7 +8,9 @@
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
-use dstream_sdk::protocol::{CheckpointDecision, CheckpointInfo, CheckpointOption};
+use dstream_sdk::protocol::{
+    Action, CheckpointDecision, CheckpointInfo, CheckpointOption, CheckpointState, OnTimeout,
+};
 use tokio::sync::oneshot;
 
 /// Decided checkpoints kept in memory for late awaits and double decisions; older ones are
@@ -22,10 +24,8 @@ const LIST_MAX: usize = 10_000;
 pub(super) struct Held {
     pub session_id: Arc<str>,
     pub key: Box<str>,
-    /// `recording`, `pending`, `approved`, `rejected` or `expired`.
-    pub state: &'static str,
-    /// `allow` or `deny`.
-    pub on_timeout: &'static str,
+    pub state: CheckpointState,
+    pub on_timeout: OnTimeout,
     pub delivered: bool,
     pub created_ms: u64,
     pub deadline_ms: u64,
@@ -46,7 +46,7 @@ struct About {
 
 impl Held {
     pub fn is_pending(&self) -> bool {
-        matches!(self.state, "pending" | "recording")
+        self.state.is_pending()
     }
 }
 
@@ -60,30 +60,22 @@ pub(super) struct Entry {
     pub waiters: Vec<oneshot::Sender<CheckpointInfo>>,
 }
 
-fn static_state(state: &str) -> &'static str {
-    match state {
-        "recording" => "recording",
-        "pending" => "pending",
-        "approved" => "approved",
-        "rejected" => "rejected",
-        _ => "expired",
-    }
-}
-
-fn static_on_timeout(on_timeout: &str) -> &'static str {
-    if on_timeout == "allow" {
-        "allow"
+/// The action a stored word names, as a checkpoint's options and decisions hold it: `deny`,
+/// or else allow.
+pub(super) fn action_named(word: &str) -> Action {
+    if word == Action::Deny.as_str() {
+        Action::Deny
     } else {
-        "deny"
+        Action::Allow
     }
 }
 
 /// The state a decision leaves: a deadline's is `expired`, a person's follows its action.
-pub(super) fn state_of(action: &str, expired: bool) -> &'static str {
+pub(super) fn state_of(action: Action, expired: bool) -> CheckpointState {
     match (expired, action) {
-        (true, _) => "expired",
-        (false, "deny") => "rejected",
-        (false, _) => "approved",
+        (true, _) => CheckpointState::Expired,
+        (false, Action::Deny) => CheckpointState::Rejected,
+        (false, _) => CheckpointState::Approved,
     }
 }
 
@@ -101,8 +93,8 @@ impl Entry {
             info: Held {
                 session_id: info.session_id.into(),
                 key: info.key.into(),
-                state: static_state(&info.state),
-                on_timeout: static_on_timeout(&info.on_timeout),
+                state: info.state,
+                on_timeout: info.on_timeout,
                 delivered: info.delivered,
                 created_ms: info.created_ms,
                 deadline_ms: info.deadline_ms,
@@ -128,14 +120,14 @@ impl Entry {
             id: id.to_string(),
             session_id: h.session_id.to_string(),
             key: h.key.to_string(),
-            state: h.state.to_string(),
+            state: h.state,
             tool: h.tool.as_deref().map(str::to_string),
             input: None,
             summary: h.summary.to_string(),
             options: self.options.to_vec(),
             created_ms: h.created_ms,
             deadline_ms: h.deadline_ms,
-            on_timeout: h.on_timeout.to_string(),
+            on_timeout: h.on_timeout,
             rule: about.and_then(|a| a.rule.clone()),
             source: about.and_then(|a| a.source.clone()),
             cwd: about.and_then(|a| a.cwd.clone()),
@@ -250,7 +242,7 @@ impl Table {
     /// request is still being synced unless `state` asks for them. See [`page`].
     pub fn matching(
         &self,
-        state: Option<&str>,
+        state: Option<CheckpointState>,
         session: Option<&str>,
         tool: Option<&str>,
     ) -> Vec<CheckpointInfo> {
@@ -259,7 +251,7 @@ impl Table {
             // A request still being synced is nobody's business yet.
             .filter(|(_, e)| match state {
                 Some(s) => e.info.state == s,
-                None => e.info.state != "recording",
+                None => e.info.state != CheckpointState::Recording,
             })
             .filter(|(_, e)| session.is_none_or(|s| &*e.info.session_id == s))
             .filter(|(_, e)| {
@@ -303,19 +295,21 @@ pub(super) fn page(
 mod tests {
     use super::*;
 
-    fn info(id: &str, session: &str, state: &str, created_ms: u64) -> CheckpointInfo {
+    use CheckpointState::*;
+
+    fn info(id: &str, session: &str, state: CheckpointState, created_ms: u64) -> CheckpointInfo {
         CheckpointInfo {
             id: id.into(),
             session_id: session.into(),
             key: format!("key-{id}"),
-            state: state.into(),
+            state,
             tool: Some("Bash".into()),
             input: None,
             summary: "run it".into(),
             options: crate::checkpoint::types::default_options(false),
             created_ms,
             deadline_ms: created_ms + 1000,
-            on_timeout: "deny".into(),
+            on_timeout: OnTimeout::Deny,
             rule: None,
             source: Some("test".into()),
             cwd: None,
@@ -325,7 +319,7 @@ mod tests {
         }
     }
 
-    fn entry(id: &str, session: &str, state: &str, created_ms: u64) -> Box<Entry> {
+    fn entry(id: &str, session: &str, state: CheckpointState, created_ms: u64) -> Box<Entry> {
         Box::new(Entry::new(
             info(id, session, state, created_ms),
             "ev".into(),
@@ -334,10 +328,10 @@ mod tests {
     }
 
     fn decided(id: &str, session: &str) -> Box<Entry> {
-        let mut e = entry(id, session, "approved", 1);
+        let mut e = entry(id, session, Approved, 1);
         e.info.decision = Some(Box::new(CheckpointDecision {
             decision: "approve".into(),
-            action: "allow".into(),
+            action: Action::Allow,
             note: None,
             input: None,
             decided_by: "user:x".into(),
@@ -349,42 +343,37 @@ mod tests {
 
     #[test]
     fn an_entry_shows_what_it_was_given() {
-        let i = info("ck_1", "s", "pending", 5);
+        let i = info("ck_1", "s", Pending, 5);
         let e = Entry::new(i.clone(), "ev".into(), Some("rm *".into()));
         assert_eq!(e.view("ck_1"), i);
         assert_eq!(e.input_glob.as_deref(), Some("rm *"));
-        // Unknown states read as expired, unknown timeouts as deny: never as allowed.
-        let mut odd = i.clone();
-        odd.state = "weird".into();
-        odd.on_timeout = "maybe".into();
-        let v = Entry::new(odd, "ev".into(), None).view("ck_1");
-        assert_eq!(
-            (v.state.as_str(), v.on_timeout.as_str()),
-            ("expired", "deny")
-        );
     }
 
     #[test]
     fn options_in_use_are_shared() {
-        let a = entry("a", "s", "pending", 1);
-        let b = entry("b", "s", "pending", 1);
+        let a = entry("a", "s", Pending, 1);
+        let b = entry("b", "s", Pending, 1);
         assert!(Arc::ptr_eq(&a.options, &b.options));
     }
 
     #[test]
     fn states_follow_the_decision() {
-        assert_eq!(state_of("allow", false), "approved");
-        assert_eq!(state_of("deny", false), "rejected");
-        assert_eq!(state_of("allow", true), "expired");
-        assert_eq!(state_of("deny", true), "expired");
+        assert_eq!(state_of(Action::Allow, false), Approved);
+        assert_eq!(state_of(Action::Deny, false), Rejected);
+        assert_eq!(state_of(Action::Allow, true), Expired);
+        assert_eq!(state_of(Action::Deny, true), Expired);
+        // A stored word other than deny allows, as it always did.
+        assert_eq!(action_named("deny"), Action::Deny);
+        assert_eq!(action_named("allow"), Action::Allow);
+        assert_eq!(action_named("anything"), Action::Allow);
     }
 
     #[test]
     fn the_marker_goes_with_the_last_open_checkpoint() {
         let mut t = Table::default();
         let found: HashMap<_, _> = [
-            ("a".to_string(), entry("a", "s", "pending", 1)),
-            ("b".to_string(), entry("b", "s", "pending", 2)),
+            ("a".to_string(), entry("a", "s", Pending, 1)),
+            ("b".to_string(), entry("b", "s", Pending, 2)),
             ("c".to_string(), decided("c", "s")),
         ]
         .into();
@@ -410,7 +399,7 @@ mod tests {
     #[test]
     fn adopting_keeps_what_memory_holds() {
         let mut t = Table::default();
-        assert!(t.adopt("s", "a", entry("a", "s", "pending", 1)));
+        assert!(t.adopt("s", "a", entry("a", "s", Pending, 1)));
         assert_eq!(t.open["s"], 1);
         assert_eq!(t.deadlines.len(), 1);
         // Already held: memory wins over an older read of the log.
@@ -442,12 +431,11 @@ mod tests {
     #[test]
     fn lists_filter_sort_and_count() {
         let mut t = Table::default();
-        t.entries.insert("a".into(), entry("a", "s1", "pending", 3));
-        t.entries.insert("b".into(), entry("b", "s1", "pending", 1));
-        t.entries.insert("c".into(), entry("c", "s2", "pending", 2));
-        t.entries
-            .insert("r".into(), entry("r", "s1", "recording", 0));
-        let mut other = entry("o", "s1", "pending", 4);
+        t.entries.insert("a".into(), entry("a", "s1", Pending, 3));
+        t.entries.insert("b".into(), entry("b", "s1", Pending, 1));
+        t.entries.insert("c".into(), entry("c", "s2", Pending, 2));
+        t.entries.insert("r".into(), entry("r", "s1", Recording, 0));
+        let mut other = entry("o", "s1", Pending, 4);
         other.info.tool = Some("Edit".into());
         t.entries.insert("o".into(), other);
         let ids = |(v, n): (Vec<CheckpointInfo>, usize)| {
@@ -461,7 +449,7 @@ mod tests {
             (vec!["b".into(), "c".into(), "a".into(), "o".into()], 4)
         );
         assert_eq!(
-            ids(list(Some("pending"), Some("s1"), Some("bash"), true, None)),
+            ids(list(Some(Pending), Some("s1"), Some("bash"), true, None)),
             (vec!["a".into(), "b".into()], 2)
         );
         assert_eq!(
@@ -469,7 +457,7 @@ mod tests {
             (vec!["b".into()], 4)
         );
         assert_eq!(
-            ids(list(Some("recording"), None, None, false, None)),
+            ids(list(Some(Recording), None, None, false, None)),
             (vec!["r".into()], 1)
         );
         assert_eq!(t.pending_count(), 5);

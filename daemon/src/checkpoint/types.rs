@@ -6,11 +6,10 @@
 
 use std::path::PathBuf;
 
-use dstream_sdk::protocol::{CheckpointInfo, CheckpointOption};
+use dstream_sdk::protocol::{Action, CheckpointInfo, CheckpointOption, OnTimeout};
 use serde_json::Value as Json;
 use sha2::{Digest, Sha256};
 
-use crate::config::OnTimeout;
 use crate::store::{NewEventRaw, StoreError};
 
 #[derive(Debug, thiserror::Error)]
@@ -90,19 +89,19 @@ pub fn checkpoint_id(session: &str, key: &str) -> String {
 
 /// The choices of an agent's tool call.
 pub fn default_options(with_project: bool) -> Vec<CheckpointOption> {
-    let opt = |id: &str, label: &str, action: &str, scope: Option<&str>| CheckpointOption {
+    let opt = |id: &str, label: &str, action: Action, scope: Option<&str>| CheckpointOption {
         id: id.into(),
         label: Some(label.into()),
-        action: action.into(),
+        action: action.as_str().into(),
         scope: scope.map(str::to_string),
     };
     let mut v = vec![
-        opt("approve", "Approve", "allow", None),
-        opt("reject", "Reject", "deny", None),
+        opt("approve", "Approve", Action::Allow, None),
+        opt("reject", "Reject", Action::Deny, None),
         opt(
             "approve_session",
             "Approve, and allow such calls for the rest of this session",
-            "allow",
+            Action::Allow,
             Some("session"),
         ),
     ];
@@ -110,7 +109,7 @@ pub fn default_options(with_project: bool) -> Vec<CheckpointOption> {
         v.push(opt(
             "approve_project",
             "Approve, and allow such calls in this project",
-            "allow",
+            Action::Allow,
             Some("project"),
         ));
     }

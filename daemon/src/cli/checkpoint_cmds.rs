@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use dstream_sdk::protocol::{CheckpointInfo, CheckpointListParams, CheckpointResolveParams, codes};
+use dstream_sdk::protocol::{
+    CheckpointInfo, CheckpointListParams, CheckpointResolveParams, CheckpointState, codes,
+};
 use dstream_sdk::{Client, Error};
 
 use super::client::{ClientOpts, connect, print_json, runtime};
@@ -65,7 +67,7 @@ pub fn pending(args: PendingArgs) -> anyhow::Result<ExitCode> {
         let client = connect(&args.opts).await?;
         let page = client
             .checkpoint_list_page(&CheckpointListParams {
-                state: Some("pending".into()),
+                state: Some(CheckpointState::Pending.as_str().into()),
                 session_id: args.session.clone(),
                 tool: args.tool.clone(),
                 newest_first: args.newest,

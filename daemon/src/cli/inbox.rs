@@ -18,7 +18,9 @@ use crossterm::terminal::{
     EnterAlternateScreen, LeaveAlternateScreen, disable_raw_mode, enable_raw_mode,
 };
 use dstream_sdk::Client;
-use dstream_sdk::protocol::{CheckpointInfo, CheckpointListParams, CheckpointResolveParams};
+use dstream_sdk::protocol::{
+    CheckpointInfo, CheckpointListParams, CheckpointResolveParams, CheckpointState,
+};
 use ratatui::Terminal;
 use ratatui::backend::CrosstermBackend;
 use ratatui::layout::{Constraint, Layout};
@@ -221,7 +223,7 @@ pub fn run(args: InboxArgs) -> anyhow::Result<ExitCode> {
 async fn pending(client: &Client) -> Result<Vec<CheckpointInfo>, dstream_sdk::Error> {
     client
         .checkpoint_list(&CheckpointListParams {
-            state: Some("pending".into()),
+            state: Some(CheckpointState::Pending.as_str().into()),
             ..Default::default()
         })
         .await
@@ -449,20 +451,21 @@ fn draw(f: &mut ratatui::Frame, inbox: &Inbox) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dstream_sdk::protocol::OnTimeout;
 
     fn cp(id: &str) -> CheckpointInfo {
         CheckpointInfo {
             id: id.into(),
             session_id: "s".into(),
             key: id.into(),
-            state: "pending".into(),
+            state: CheckpointState::Pending,
             tool: Some("Bash".into()),
             input: None,
             summary: format!("Bash: {id}"),
             options: dstream_daemon::default_options(false),
             created_ms: 0,
             deadline_ms: 0,
-            on_timeout: "deny".into(),
+            on_timeout: OnTimeout::Deny,
             rule: None,
             source: None,
             cwd: None,

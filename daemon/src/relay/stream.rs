@@ -23,6 +23,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use bytes::Bytes;
+use dstream_sdk::protocol::CheckpointState;
 use tokio::sync::Notify;
 
 use super::ledger::{Inflight, Ledger};
@@ -158,7 +159,13 @@ pub(super) async fn run(shared: Arc<Shared>, session: Arc<str>, wake: Arc<Notify
                 let may_yield = |w: &Worker| {
                     w.shared
                         .checkpoints
-                        .list(Some("pending"), Some(&w.session), None, false, Some(1))
+                        .list(
+                            Some(CheckpointState::Pending),
+                            Some(&w.session),
+                            None,
+                            false,
+                            Some(1),
+                        )
                         .0
                         .is_empty()
                 };

@@ -14,8 +14,8 @@ use serde_json::value::RawValue;
 use super::caller::Caller;
 use super::wire::{Reply, RpcResult, check_session_id, params, reply_frame, store_error, to_json};
 use crate::checkpoint::{self, CheckpointError, NewRequest, Prepared, Resolution, policy};
-use crate::config::OnTimeout;
 use crate::state::DaemonState;
+use dstream_sdk::protocol::{Action, CheckpointState, OnTimeout};
 
 /// The longest a checkpoint may wait: a week.
 const MAX_TIMEOUT_MS: u64 = 7 * 24 * 3600 * 1000;
@@ -76,7 +76,7 @@ pub async fn request(state: &Arc<DaemonState>, raw: Option<&RawValue>) -> RpcRes
     };
     if let Some(bad) = options
         .iter()
-        .find(|o| o.id.is_empty() || !matches!(o.action.as_str(), "allow" | "deny"))
+        .find(|o| o.id.is_empty() || !matches!(o.action.parse(), Ok(Action::Allow | Action::Deny)))
     {
         return Err(RpcError::new(
             codes::INVALID_PARAMS,
@@ -177,21 +177,19 @@ pub async fn resolve(
 
 pub async fn list(state: &Arc<DaemonState>, raw: Option<&RawValue>) -> RpcResult {
     let p: CheckpointListParams = params(raw)?;
-    if let Some(s) = &p.state
-        && !matches!(
-            s.as_str(),
-            "pending" | "recording" | "approved" | "rejected" | "expired"
-        )
-    {
-        return Err(RpcError::new(
-            codes::INVALID_PARAMS,
-            format!("state must be pending, approved, rejected or expired, not {s:?}"),
-        ));
-    }
+    let wanted = match p.state.as_deref() {
+        None => None,
+        Some(s) => Some(s.parse::<CheckpointState>().map_err(|_| {
+            RpcError::new(
+                codes::INVALID_PARAMS,
+                format!("state must be pending, approved, rejected or expired, not {s:?}"),
+            )
+        })?),
+    };
     let checkpoints = state.checkpoints.clone();
     let (list, total) = tokio::task::spawn_blocking(move || {
         checkpoints.list(
-            p.state.as_deref(),
+            wanted,
             p.session_id.as_deref(),
             p.tool.as_deref(),
             p.newest_first,

@@ -127,7 +127,7 @@ mod tests {
 
     fn decision(action: &str) -> Decision {
         Decision {
-            action: action.into(),
+            action: action.parse().unwrap(),
             reason: Some("because".into()),
             decided_by: Some("rule:test".into()),
             updated_input: Some(json!({"command": "ls -la"})),
@@ -219,13 +219,14 @@ mod tests {
             json!("deny")
         );
         assert_eq!(render("Stop", down(), true), Value::Null);
-        // A decision the hook does not know is no decision, or a denial when failing closed.
+        // A decision the hook does not know is a reply it does not understand: no decision,
+        // or a denial when failing closed.
+        let reply = json!({"events": [], "decision": {"action": "maybe"}});
+        let e = serde_json::from_value::<IngestResult>(reply).unwrap_err();
+        let unknown = || Err(Failure::BadReply(e.to_string()));
+        assert_eq!(render("PreToolUse", unknown(), false), Value::Null);
         assert_eq!(
-            render("PreToolUse", decided("maybe", false), false),
-            Value::Null
-        );
-        assert_eq!(
-            render("PreToolUse", decided("maybe", false), true)["hookSpecificOutput"]["permissionDecision"],
+            render("PreToolUse", unknown(), true)["hookSpecificOutput"]["permissionDecision"],
             json!("deny")
         );
     }

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use dstream_daemon::util::backoff::Backoff;
 use dstream_sdk::protocol::{
-    CheckpointAwaitParams, CheckpointInfo, DEFAULT_MAX_FRAME_BYTES, Decision, HelloResult,
-    IngestParams, IngestResult, codes, methods,
+    Action, CheckpointAwaitParams, CheckpointInfo, CheckpointState, DEFAULT_MAX_FRAME_BYTES,
+    Decision, HelloResult, IngestParams, IngestResult, codes, methods,
 };
 use serde_json::json;
 
@@ -53,7 +53,7 @@ pub(super) fn exchange(
                 let mut result: IngestResult =
                     serde_json::from_value(result).map_err(|e| Failure::BadReply(e.to_string()))?;
                 if let Some(d) = &mut result.decision
-                    && d.action == "ask"
+                    && d.action == Action::Ask
                     && let Some(checkpoint) = d.checkpoint.clone()
                     && checkpoint.decision.is_none()
                 {
@@ -129,8 +129,8 @@ fn await_decision(
 /// A decided checkpoint as the verdict the agent gets.
 fn decision_of(checkpoint: CheckpointInfo) -> Decision {
     let d = checkpoint.decision.clone().expect("decided");
-    let mut reason = match checkpoint.state.as_str() {
-        "expired" => format!(
+    let mut reason = match checkpoint.state {
+        CheckpointState::Expired => format!(
             "nobody decided before the deadline; dstream applied the default ({})",
             d.action
         ),
@@ -144,7 +144,7 @@ fn decision_of(checkpoint: CheckpointInfo) -> Decision {
         reason.push_str(note);
     }
     Decision {
-        action: d.action.clone(),
+        action: d.action,
         reason: Some(reason),
         decided_by: Some(d.decided_by.clone()),
         updated_input: d.input.clone(),

@@ -1,7 +1,7 @@
 //! What the outcome means for the agent's call, whatever the agent: allow (maybe with an
 //! edited input), deny, or no decision; and whether a remote stop ends the turn.
 
-use dstream_sdk::protocol::Decision;
+use dstream_sdk::protocol::{Action, Decision, OnTimeout};
 use serde_json::Value;
 
 use super::outcome::{Failure, Outcome};
@@ -34,12 +34,12 @@ pub(super) fn verdict(outcome: &Outcome, fail_closed: bool) -> Verdict {
     match outcome {
         Ok((result, altered)) => match &result.decision {
             None => Verdict::Pass,
-            Some(d) => verdict_of(d, *altered, fail_closed),
+            Some(d) => verdict_of(d, *altered),
         },
         // The daemon would have applied the checkpoint's default by now; so does the hook.
         Err(e @ Failure::Undecided(c)) => {
             let reason = format!("{e}; its default ({}) applies", c.on_timeout);
-            if c.on_timeout == "allow" {
+            if c.on_timeout == OnTimeout::Allow {
                 Verdict::Allow {
                     reason,
                     updated_input: None,
@@ -68,10 +68,10 @@ pub(super) fn stop(outcome: &Outcome) -> Option<String> {
     }
 }
 
-fn verdict_of(d: &Decision, altered: bool, fail_closed: bool) -> Verdict {
+fn verdict_of(d: &Decision, altered: bool) -> Verdict {
     let by = d.decided_by.as_deref().unwrap_or("dstream policy");
-    match d.action.as_str() {
-        "allow" => Verdict::Allow {
+    match d.action {
+        Action::Allow => Verdict::Allow {
             reason: d
                 .reason
                 .clone()
@@ -83,17 +83,12 @@ fn verdict_of(d: &Decision, altered: bool, fail_closed: bool) -> Verdict {
                 .clone()
                 .filter(|v| v.is_object() && !altered),
         },
-        "deny" => Verdict::Deny(
+        Action::Deny => Verdict::Deny(
             d.reason
                 .clone()
                 .unwrap_or_else(|| format!("denied by {by} (dstream)")),
         ),
-        "ask" => Verdict::Pass,
-        other if fail_closed => Verdict::Deny(format!(
-            "dstream answered with an unknown decision {other:?}; denied because the dstream \
-             hook runs fail-closed"
-        )),
-        _ => Verdict::Pass,
+        Action::Ask => Verdict::Pass,
     }
 }
 
@@ -103,15 +98,8 @@ mod tests {
 
     #[test]
     fn missing_reasons_name_the_decider() {
-        let d = Decision {
-            action: "deny".into(),
-            reason: None,
-            decided_by: Some("rule:no-rm".into()),
-            updated_input: None,
-            checkpoint: None,
-            stop: false,
-        };
-        match verdict_of(&d, false, false) {
+        let d = Decision::new(Action::Deny, "rule:no-rm");
+        match verdict_of(&d, false) {
             Verdict::Deny(r) => assert_eq!(r, "denied by rule:no-rm (dstream)"),
             _ => panic!("expected a denial"),
         }

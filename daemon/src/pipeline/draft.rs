@@ -1,0 +1,188 @@
+//! The events on their way through the pipeline ([`Draft`]), and the ones the daemon writes
+//! itself there: an `unmapped` raw event, a `plugin.error`, a `checkpoint.bypassed`, a tool
+//! request rescued from a raw event the mapping lost. Apart from the steps that use them
+//! so that every step builds them the same way.
+
+use serde_json::{Map, Value as Json, json};
+
+use crate::plugins::{Failure, Plugin};
+
+/// An event on its way through the pipeline: the session it goes to and its fields.
+#[derive(Debug)]
+pub(super) struct Draft {
+    pub(super) session_id: String,
+    pub(super) event: Map<String, Json>,
+}
+
+/// The event's id, given one now if it has none (a ULID), so later events can name it.
+pub(super) fn ensure_id(event: &mut Map<String, Json>) -> String {
+    match event.get("id").and_then(Json::as_str) {
+        Some(id) if id.parse::<ulid::Ulid>().is_ok() => id.to_string(),
+        _ => {
+            let id = ulid::Ulid::new().to_string();
+            event.insert("id".into(), json!(id));
+            id
+        }
+    }
+}
+
+pub(super) fn object(v: Json) -> Map<String, Json> {
+    match v {
+        Json::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+/// The session an event goes to when its mapping names none: the one the caller gave, else
+/// the raw event's own `session_id`, else one per source.
+pub(super) fn fallback_session(source: &str, given: Option<&str>, raw: &Json) -> String {
+    let valid = |s: &str| dstream_sdk::validate_session_id(s).is_ok();
+    if let Some(s) = given.filter(|s| valid(s)) {
+        return s.to_string();
+    }
+    if let Some(s) = raw
+        .get("session_id")
+        .and_then(Json::as_str)
+        .filter(|s| valid(s))
+    {
+        return s.to_string();
+    }
+    format!("{source}-unassigned")
+}
+
+/// `checkpoint.bypassed`: a tool call that ran before the daemon could decide it.
+pub(super) fn bypassed_event(request: &Draft, cause: &str, why: &str) -> Draft {
+    let payload = request.event.get("payload");
+    Draft {
+        session_id: request.session_id.clone(),
+        event: object(json!({
+            "type": "checkpoint.bypassed",
+            "actor": "dstream",
+            "causation_id": cause,
+            "payload": {
+                "reason": why,
+                "tool": payload.and_then(|p| p.get("tool")),
+                "tool_use_id": payload.and_then(|p| p.get("tool_use_id")),
+            },
+        })),
+    }
+}
+
+/// A tool call read from the raw event by the daemon itself, for the decision the mapping
+/// did not ask for.
+pub(super) fn rescued_request(
+    source: &str,
+    fallback: &str,
+    req: crate::tool_request::ToolRequest,
+) -> Draft {
+    let mut payload = json!({
+        "phase": "requested",
+        "tool": req.tool,
+        "input": req.input,
+        "rescued": "the mapping produced no request for this tool call; read by the daemon",
+    });
+    if let Some(id) = req.tool_use_id {
+        payload["tool_use_id"] = json!(id);
+    }
+    Draft {
+        session_id: req.session_id.unwrap_or_else(|| fallback.to_string()),
+        event: object(json!({
+            "type": "execution.tool_use",
+            "actor": source,
+            "payload": payload,
+            "metadata": {"source": source},
+        })),
+    }
+}
+
+pub(super) fn unmapped(source: &str, session: &str, raw: &Json, error: Option<&str>) -> Draft {
+    let mut payload = Map::new();
+    payload.insert("source".into(), json!(source));
+    if let Some(e) = error {
+        payload.insert("error".into(), json!(e));
+    }
+    let event = object(json!({
+        "type": "unmapped",
+        "actor": source,
+        "payload": payload,
+        "metadata": {"source": source},
+        "raw": raw,
+    }));
+    Draft {
+        session_id: session.to_string(),
+        event,
+    }
+}
+
+pub(super) fn plugin_error(
+    plugin: &Plugin,
+    hook: &str,
+    error: &str,
+    failure: Option<&Failure>,
+    session: &str,
+) -> Draft {
+    let mut payload = json!({"plugin": plugin.name(), "hook": hook, "error": error});
+    if let Some(reason) = failure.and_then(|f| f.disabled_now.as_ref()) {
+        payload["disabled"] = json!(reason);
+    }
+    Draft {
+        session_id: session.to_string(),
+        event: object(json!({
+            "type": "plugin.error",
+            "actor": "dstream",
+            "payload": payload,
+            "metadata": {"plugin": plugin.name()},
+        })),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_keeps_a_valid_id_and_gets_one_otherwise() {
+        let valid = ulid::Ulid::new().to_string();
+        let mut e = object(json!({"id": valid}));
+        assert_eq!(ensure_id(&mut e), valid);
+        for mut e in [
+            object(json!({})),
+            object(json!({"id": "not-a-ulid"})),
+            object(json!({"id": 1})),
+        ] {
+            let id = ensure_id(&mut e);
+            assert!(id.parse::<ulid::Ulid>().is_ok(), "{id}");
+            assert_eq!(e["id"], json!(id));
+        }
+    }
+
+    #[test]
+    fn the_fallback_session_is_the_callers_then_the_raw_events_then_the_sources() {
+        let raw = json!({"session_id": "in-raw"});
+        assert_eq!(fallback_session("cc", Some("given"), &raw), "given");
+        assert_eq!(fallback_session("cc", None, &raw), "in-raw");
+        assert_eq!(fallback_session("cc", Some("../bad"), &raw), "in-raw");
+        let bad_raw = json!({"session_id": "a/b"});
+        assert_eq!(fallback_session("cc", None, &bad_raw), "cc-unassigned");
+        assert_eq!(fallback_session("cc", None, &Json::Null), "cc-unassigned");
+    }
+
+    #[test]
+    fn an_unmapped_event_keeps_the_raw_event_and_why() {
+        let raw = json!({"anything": [1, 2]});
+        let d = unmapped("src", "s", &raw, Some("boom"));
+        assert_eq!(d.session_id, "s");
+        assert_eq!(
+            Json::Object(d.event),
+            json!({
+                "type": "unmapped",
+                "actor": "src",
+                "payload": {"source": "src", "error": "boom"},
+                "metadata": {"source": "src"},
+                "raw": raw,
+            })
+        );
+        let d = unmapped("src", "s", &raw, None);
+        assert_eq!(d.event["payload"], json!({"source": "src"}));
+    }
+}

@@ -1,0 +1,51 @@
+//! What the pipeline takes in: one raw event from a connection, and how its outcome is
+//! handed back. Its own file so that the handle, the worker and the socket layer share these
+//! types without depending on each other.
+
+use serde_json::value::RawValue;
+
+use dstream_sdk::protocol::IngestResult;
+
+use crate::store::StoreError;
+
+/// Why an ingest was not stored.
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the pipeline has stopped")]
+    Stopped,
+}
+
+pub type Done = Box<dyn FnOnce(Result<IngestResult, IngestError>) + Send>;
+
+/// One raw event to take in.
+pub struct Ingest {
+    /// The connection it came on: clients are served in turn.
+    pub client: u64,
+    pub source: String,
+    pub raw: Box<RawValue>,
+    pub session_id: Option<String>,
+    /// When the client stops waiting for a decision (ms since the epoch), if it said.
+    pub reply_by_ms: Option<u64>,
+    /// Whether the client is gone (its connection closed): nobody waits for a decision.
+    pub gone: Option<Box<dyn Fn() -> bool + Send>>,
+    /// Called once with the stored events, or why they were not stored.
+    pub done: Done,
+}
+
+impl Ingest {
+    /// Nobody waits for this event's decision any more: the hook gave up, the call ran.
+    pub(super) fn abandoned(&self) -> Option<&'static str> {
+        if self
+            .reply_by_ms
+            .is_some_and(|t| crate::util::time::now_ms() > t)
+        {
+            Some("the hook's deadline passed before the daemon got to this tool call")
+        } else if self.gone.as_ref().is_some_and(|g| g()) {
+            Some("the hook disconnected before the daemon got to this tool call")
+        } else {
+            None
+        }
+    }
+}

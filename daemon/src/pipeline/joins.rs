@@ -1,0 +1,218 @@
+//! Joining a tool result to its request: the result's `causation_id` names the request's
+//! event, found by `tool_use_id` among the calls remembered ([`JoinMemory`], bounded) or else
+//! in the last events of the session's log. Apart from the append step that calls it so the
+//! memory's bounds and the join's rules can be tested without a store.
+
+use std::collections::{HashMap, VecDeque};
+
+use serde_json::Value as Json;
+
+use super::draft::Draft;
+use crate::store::{Store, read_range};
+
+/// Tool calls remembered per daemon to join a result to its request without reading the log.
+const JOIN_MEMORY: usize = 4096;
+/// How far back in a session's log a result looks for its request when it is not remembered
+/// (after a restart, say).
+const JOIN_LOOKBACK: u64 = 2000;
+
+/// Tool calls seen recently: (session, tool_use_id) → the request event's id.
+#[derive(Default)]
+pub(super) struct JoinMemory {
+    ids: HashMap<(String, String), String>,
+    order: VecDeque<(String, String)>,
+}
+
+impl JoinMemory {
+    pub(super) fn remember(&mut self, session: &str, tool_use_id: &str, event_id: &str) {
+        let key = (session.to_string(), tool_use_id.to_string());
+        if self.ids.insert(key.clone(), event_id.to_string()).is_none() {
+            self.order.push_back(key);
+            if self.order.len() > JOIN_MEMORY
+                && let Some(old) = self.order.pop_front()
+            {
+                self.ids.remove(&old);
+            }
+        }
+    }
+
+    pub(super) fn get(&self, session: &str, tool_use_id: &str) -> Option<String> {
+        self.ids
+            .get(&(session.to_string(), tool_use_id.to_string()))
+            .cloned()
+    }
+
+    /// A tool result without a cause gets its request's id, found by `tool_use_id` here or
+    /// else by `look_up` (session, tool_use_id: see [`find_request`]); a tool request (with
+    /// the id `id`) is remembered for its result.
+    pub(super) fn join(
+        &mut self,
+        draft: &mut Draft,
+        id: &str,
+        look_up: impl FnOnce(&str, &str) -> Option<String>,
+    ) {
+        let event_type = draft.event.get("type").and_then(Json::as_str).unwrap_or("");
+        let tool_use_id = draft
+            .event
+            .get("payload")
+            .and_then(|p| p.get("tool_use_id"))
+            .and_then(Json::as_str)
+            .map(str::to_string);
+        let Some(tool_use_id) = tool_use_id else {
+            return;
+        };
+        match event_type {
+            "execution.tool_use" => {
+                self.remember(&draft.session_id, &tool_use_id, id);
+            }
+            "execution.tool_result" if !draft.event.contains_key("causation_id") => {
+                let cause = self
+                    .get(&draft.session_id, &tool_use_id)
+                    .or_else(|| look_up(&draft.session_id, &tool_use_id));
+                if let Some(cause) = cause {
+                    draft
+                        .event
+                        .insert("causation_id".into(), Json::String(cause));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Looks for a tool request in the last events of a session's log.
+pub(super) fn find_request(store: &Store, session: &str, tool_use_id: &str) -> Option<String> {
+    let s = store.get(session)?;
+    let upto = s.committed_lsn();
+    let from = upto.saturating_sub(JOIN_LOOKBACK) + 1;
+    let events = read_range(&s, from, upto, JOIN_LOOKBACK as usize, 16 << 20).ok()?;
+    let mut buf = Vec::new();
+    events.iter().rev().find_map(|e| {
+        buf.clear();
+        e.write_to(&mut buf);
+        let v: Json = serde_json::from_slice(&buf).ok()?;
+        let matches = v.get("type").and_then(Json::as_str) == Some("execution.tool_use")
+            && v.pointer("/payload/tool_use_id").and_then(Json::as_str) == Some(tool_use_id);
+        matches.then(|| v.get("id").and_then(Json::as_str).map(str::to_string))?
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::pipeline::draft::object;
+
+    fn draft(session: &str, event: Json) -> Draft {
+        Draft {
+            session_id: session.into(),
+            event: object(event),
+        }
+    }
+
+    fn request(session: &str, tool_use_id: &str) -> Draft {
+        draft(
+            session,
+            json!({"type": "execution.tool_use", "payload": {"tool_use_id": tool_use_id}}),
+        )
+    }
+
+    fn result(session: &str, tool_use_id: &str) -> Draft {
+        draft(
+            session,
+            json!({"type": "execution.tool_result", "payload": {"tool_use_id": tool_use_id}}),
+        )
+    }
+
+    fn cause(d: &Draft) -> Option<&str> {
+        d.event.get("causation_id").and_then(Json::as_str)
+    }
+
+    fn unused(_: &str, _: &str) -> Option<String> {
+        panic!("the log was read for a request that is remembered")
+    }
+
+    #[test]
+    fn a_result_names_its_request_by_tool_use_id() {
+        let mut joins = JoinMemory::default();
+        joins.join(&mut request("s", "tu_1"), "ev_req1", unused);
+        joins.join(&mut request("s", "tu_2"), "ev_req2", unused);
+        let mut r = result("s", "tu_1");
+        joins.join(&mut r, "ev_res1", unused);
+        assert_eq!(cause(&r), Some("ev_req1"));
+        let mut r = result("s", "tu_2");
+        joins.join(&mut r, "ev_res2", unused);
+        assert_eq!(cause(&r), Some("ev_req2"));
+    }
+
+    #[test]
+    fn a_result_with_a_cause_keeps_it() {
+        let mut joins = JoinMemory::default();
+        joins.join(&mut request("s", "tu_1"), "ev_req", unused);
+        let mut r = result("s", "tu_1");
+        r.event.insert("causation_id".into(), json!("ev_given"));
+        joins.join(&mut r, "ev_res", unused);
+        assert_eq!(cause(&r), Some("ev_given"));
+    }
+
+    #[test]
+    fn an_unmatched_result_is_looked_up_and_else_left_alone() {
+        let mut joins = JoinMemory::default();
+        joins.join(&mut request("other", "tu_1"), "ev_req", unused);
+        // Another session's call with the same id is not this one's request.
+        let mut asked = Vec::new();
+        let mut r = result("s", "tu_1");
+        joins.join(&mut r, "ev_res", |s, t| {
+            asked.push((s.to_string(), t.to_string()));
+            None
+        });
+        assert_eq!(asked, [("s".to_string(), "tu_1".to_string())]);
+        assert_eq!(cause(&r), None);
+        // What the log finds is taken.
+        let mut r = result("s", "tu_9");
+        joins.join(&mut r, "ev_res", |_, _| Some("ev_from_log".into()));
+        assert_eq!(cause(&r), Some("ev_from_log"));
+    }
+
+    #[test]
+    fn events_without_a_tool_use_id_are_neither_remembered_nor_joined() {
+        let mut joins = JoinMemory::default();
+        let mut e = draft(
+            "s",
+            json!({"type": "execution.tool_use", "payload": {"tool": "Bash"}}),
+        );
+        joins.join(&mut e, "ev_req", unused);
+        let mut r = draft("s", json!({"type": "execution.tool_result"}));
+        joins.join(&mut r, "ev_res", unused);
+        assert_eq!(cause(&r), None);
+        assert!(joins.ids.is_empty() && joins.order.is_empty());
+        // Other types with an id are not requests.
+        let mut other = draft(
+            "s",
+            json!({"type": "user.input", "payload": {"tool_use_id": "tu_1"}}),
+        );
+        joins.join(&mut other, "ev_x", unused);
+        assert_eq!(joins.get("s", "tu_1"), None);
+    }
+
+    #[test]
+    fn memory_keeps_the_latest_calls_up_to_its_bound() {
+        let mut joins = JoinMemory::default();
+        for i in 0..=JOIN_MEMORY {
+            joins.remember("s", &format!("tu_{i}"), &format!("ev_{i}"));
+        }
+        assert_eq!(
+            (joins.ids.len(), joins.order.len()),
+            (JOIN_MEMORY, JOIN_MEMORY)
+        );
+        assert_eq!(joins.get("s", "tu_0"), None, "the oldest is forgotten");
+        assert_eq!(joins.get("s", "tu_1").as_deref(), Some("ev_1"));
+        let last = format!("tu_{JOIN_MEMORY}");
+        assert_eq!(joins.get("s", &last), Some(format!("ev_{JOIN_MEMORY}")));
+        // Remembering a call again replaces its id without taking another place.
+        joins.remember("s", &last, "ev_again");
+        assert_eq!(joins.order.len(), JOIN_MEMORY);
+        assert_eq!(joins.get("s", &last).as_deref(), Some("ev_again"));
+    }
+}

@@ -1,0 +1,46 @@
+//! The pipeline: a raw event from an agent's hook becomes stored, normalized events.
+//!
+//! **map** (the source's mapping plugin turns the raw event into zero or more events) →
+//! **process** (every filter, in priority order, keeps, changes, splits or drops each; the
+//! native redaction of [`crate::redact`] follows the last) → **decide** (for a requested tool call, plugins' `decide`
+//! say allow, deny or ask; deny wins over ask over allow) → **append** (ids assigned here,
+//! so that a tool result can name its request as its cause; then the store's one commit
+//! path) → **observe** (plugins' `on_event` read the daemon-wide stream of committed events).
+//!
+//! One thread runs map → append for every ingest, in arrival order, so the events of a
+//! session are stored in the order their hooks fired; plugins run on their own threads
+//! (see [`crate::plugins`]), never on the async workers. The failure policy (ARCHITECTURE.md):
+//! a failing `map` stores the raw event as `unmapped` plus a `plugin.error`; a failing
+//! `process` passes the event on unchanged; a failing `decide` counts as "deny" (what cannot
+//! be evaluated counts as its strictest outcome); nothing the
+//! daemon accepted is dropped. The socket layer knows nothing of plugins and the store
+//! nothing of agents: this module is the only place where the two meet.
+//!
+//! The parts, one job each (none imports from this file; each imports the siblings it uses):
+//! - `ingest`: what comes in (an [`Ingest`]) and how its outcome goes back;
+//! - `handle`: the [`Pipeline`] the rest of the daemon holds; `start` starts its thread and
+//!   observer, `settings` + `reload` are what it runs under and how that is replaced;
+//! - `worker`: the pipeline thread, one ingest at a time from a `fair` queue, through
+//!   `map` → `filter` → `verdict` (with `decide`) → `append` (with `joins`);
+//! - `draft` + `normalize`: the events on their way, and checking what plugins emit;
+//! - `observe`: the `on_event` plugins' view of the committed stream.
+
+mod append;
+mod decide;
+mod draft;
+mod fair;
+mod filter;
+mod handle;
+mod ingest;
+mod joins;
+mod map;
+mod normalize;
+mod observe;
+mod reload;
+mod settings;
+mod start;
+mod verdict;
+mod worker;
+
+pub use handle::Pipeline;
+pub use ingest::{Done, Ingest, IngestError};

@@ -1,0 +1,77 @@
+//! Starting the pipeline: loads the plugins, then starts the pipeline thread (the worker) and
+//! the `on_event` observer. Apart from the handle so that the worker and the observer, which
+//! hold the handle weakly, do not import the file that starts them.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{mpsc, watch};
+
+use super::handle::Pipeline;
+use super::joins::JoinMemory;
+use super::observe::observe;
+use super::settings::PipelineSettings;
+use super::worker::Worker;
+use crate::checkpoint::Checkpoints;
+use crate::config_feed::ConfigFeed;
+use crate::hub::Hub;
+use crate::plugins::PluginSet;
+use crate::store::Store;
+
+/// Ingests waiting for the pipeline thread; past it, `ingest` waits (each one is also
+/// charged to the clients' memory budget by the socket layer).
+const QUEUE: usize = 1024;
+
+impl Pipeline {
+    /// Loads the plugins and starts the pipeline thread and the `on_event` observer (on the
+    /// current tokio runtime).
+    pub fn start(
+        store: Store,
+        hub: Arc<Hub>,
+        checkpoints: Arc<Checkpoints>,
+        feed: Arc<ConfigFeed>,
+        redact: Arc<crate::redact::Shared>,
+    ) -> std::io::Result<Arc<Pipeline>> {
+        let settings = PipelineSettings::from_config(&feed.current());
+        if let Err(e) = std::fs::create_dir_all(&settings.plugins.dir) {
+            tracing::warn!(dir = %settings.plugins.dir.display(), error = %e, "cannot create the plugin folder");
+        }
+        let set = Arc::new(PluginSet::load(&settings.plugins, None));
+        for e in &set.errors {
+            tracing::error!(file = %e.file, error = %e.error, "plugin not loaded");
+        }
+        tracing::info!(
+            dir = %set.dir.display(),
+            plugins = %set.plugins.iter().map(|p| p.name()).collect::<Vec<_>>().join(", "),
+            "plugins loaded"
+        );
+        let (plugins, _) = watch::channel(set);
+        let (queue, rx) = mpsc::channel(QUEUE);
+        let pipeline = Arc::new(Pipeline {
+            queue,
+            plugins,
+            feed,
+            settings: Mutex::new(settings.clone()),
+            reloading: Mutex::new(()),
+            ingested: AtomicU64::new(0),
+            observer_lagged: AtomicU64::new(0),
+            redact,
+        });
+        let worker = Worker {
+            store,
+            checkpoints,
+            plugins: pipeline.plugins.subscribe(),
+            pipeline: Arc::downgrade(&pipeline),
+            joins: JoinMemory::default(),
+        };
+        std::thread::Builder::new()
+            .name("dstream-pipeline".into())
+            .spawn(move || worker.run(rx))?;
+        tokio::spawn(observe(
+            hub,
+            pipeline.plugins.subscribe(),
+            Arc::downgrade(&pipeline),
+        ));
+        Ok(pipeline)
+    }
+}

@@ -1,0 +1,198 @@
+//! The pipeline thread: takes ingests in turn from a [`FairQueue`] and runs each through
+//! map → process → decide → append, in arrival order, so the events of a session are stored
+//! in the order their hooks fired. This file is the order of the steps (and what happens to
+//! a tool call nobody waits for any more); each step is in its own file.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use serde_json::{Map, Value as Json, json};
+use tokio::sync::{mpsc, watch};
+
+use super::append::append;
+use super::decide::strongest;
+use super::draft::{Draft, bypassed_event, ensure_id, fallback_session, rescued_request};
+use super::fair::FairQueue;
+use super::filter::process;
+use super::handle::Pipeline;
+use super::ingest::{Ingest, IngestError};
+use super::joins::JoinMemory;
+use super::map::map;
+use super::verdict::{request_kind, verdict};
+use crate::checkpoint::Checkpoints;
+use crate::checkpoint::policy::Policy;
+use crate::plugins::PluginSet;
+use crate::store::Store;
+
+/// The pipeline thread's state.
+pub(super) struct Worker {
+    pub(super) store: Store,
+    pub(super) checkpoints: Arc<Checkpoints>,
+    pub(super) plugins: watch::Receiver<Arc<PluginSet>>,
+    pub(super) pipeline: std::sync::Weak<Pipeline>,
+    pub(super) joins: JoinMemory,
+}
+
+impl Worker {
+    /// Takes ingests in turn from each client that has some queued (in arrival order within
+    /// a client), so one client flooding the pipeline with big events delays another client's
+    /// tool call by at most one event of its own, not by its whole backlog.
+    pub(super) fn run(mut self, mut rx: mpsc::Receiver<Ingest>) {
+        let mut fair = FairQueue::default();
+        loop {
+            if fair.is_empty() {
+                match rx.blocking_recv() {
+                    Some(i) => fair.push(i),
+                    None => return,
+                }
+            }
+            while let Ok(i) = rx.try_recv() {
+                fair.push(i);
+            }
+            let Some(ingest) = fair.pop() else { continue };
+            let Some(pipeline) = self.pipeline.upgrade() else {
+                (ingest.done)(Err(IngestError::Stopped));
+                return;
+            };
+            pipeline.ingested.fetch_add(1, Ordering::Relaxed);
+            let (keep_raw, policy) = {
+                let s = pipeline.settings.lock().unwrap();
+                (s.keep_raw, s.policy.clone())
+            };
+            drop(pipeline);
+            let set = self.plugins.borrow_and_update().clone();
+            self.handle(&set, ingest, keep_raw, &policy);
+        }
+    }
+
+    fn handle(&mut self, set: &PluginSet, ingest: Ingest, keep_raw: bool, policy: &Policy) {
+        let abandoned = ingest.abandoned();
+        let Ingest {
+            source,
+            raw,
+            session_id,
+            done,
+            ..
+        } = ingest;
+        // Well formed (the socket layer checked); what cannot be represented (a lone
+        // surrogate, 1e999) is repaired rather than lost, so the call still gets its decision.
+        let raw: Arc<Json> =
+            Arc::new(crate::lossy_json::parse(raw.get()).map_or(Json::Null, |(v, _)| v));
+        let fallback = fallback_session(&source, session_id.as_deref(), &raw);
+
+        // map
+        let drafts = map(
+            set,
+            &source,
+            &raw,
+            session_id.as_deref(),
+            &fallback,
+            keep_raw,
+        );
+        let mut notes = Vec::new();
+
+        // process
+        let redactor = match self.pipeline.upgrade() {
+            Some(p) => p.redact.get(),
+            None => return done(Err(IngestError::Stopped)),
+        };
+        let mut drafts = process(set, &redactor, drafts, &source, &raw, &mut notes);
+        // Errors of the filters are stored as they are: running them through the filter
+        // that just failed would fail again.
+        drafts.append(&mut notes);
+
+        // decide
+        let mut decision = None;
+        let mut decided = Vec::with_capacity(drafts.len() + 1);
+        // A tool call the mapping lost (it failed, was disabled, or a filter dropped the
+        // event) is still decided: on what the daemon itself can read of the raw event.
+        let mut saw_request = false;
+        let mut drafts: VecDeque<Draft> = drafts.into();
+        let mut rescued = false;
+        loop {
+            let mut draft = match drafts.pop_front() {
+                Some(d) => d,
+                None if !saw_request && !rescued => {
+                    rescued = true;
+                    match crate::tool_request::from_raw(&source, &raw) {
+                        Some(req) => rescued_request(&source, &fallback, req),
+                        None => break,
+                    }
+                }
+                None => break,
+            };
+            let Some(kind) = request_kind(&draft.event) else {
+                if draft.event.get("type").and_then(Json::as_str) == Some("user.input") {
+                    // A person prompted the agent again: a remote stop has done its job.
+                    self.checkpoints.stops.clear(&draft.session_id);
+                }
+                decided.push(draft);
+                continue;
+            };
+            saw_request = true;
+            let cause = ensure_id(&mut draft.event);
+            if let Some(why) = abandoned {
+                // The call ran without a decision: say so, and open no checkpoint nobody
+                // waits for. Never recorded as if a decision had stopped it.
+                let bypassed = bypassed_event(&draft, &cause, why);
+                decided.push(draft);
+                decided.push(bypassed);
+                continue;
+            }
+            let (verdict, follow_up) = verdict(
+                &self.checkpoints,
+                &mut self.joins,
+                set,
+                policy,
+                &source,
+                &raw,
+                &draft,
+                kind,
+                &cause,
+                &mut notes,
+            );
+            if let Some(d) = &verdict {
+                let meta = draft
+                    .event
+                    .entry("metadata")
+                    .or_insert_with(|| Json::Object(Map::new()));
+                if let Json::Object(m) = meta {
+                    let mut slim = json!({"action": d.action});
+                    if let Some(r) = &d.reason {
+                        slim["reason"] = json!(r);
+                    }
+                    if let Some(b) = &d.decided_by {
+                        slim["decided_by"] = json!(b);
+                    }
+                    if let Some(c) = &d.checkpoint {
+                        slim["checkpoint_id"] = json!(c.id);
+                    }
+                    m.insert("decision".into(), slim);
+                }
+            }
+            decided.push(draft);
+            decided.extend(follow_up);
+            decision = strongest(decision, verdict);
+        }
+        let mut drafts = decided;
+        drafts.append(&mut notes);
+        if !keep_raw {
+            // Also what a plugin set itself; an unmapped event keeps it, being nothing else.
+            for d in &mut drafts {
+                if d.event.get("type").and_then(Json::as_str) != Some("unmapped") {
+                    d.event.remove("raw");
+                }
+            }
+        }
+
+        append(
+            &self.store,
+            &self.checkpoints,
+            &mut self.joins,
+            drafts,
+            decision,
+            done,
+        );
+    }
+}
