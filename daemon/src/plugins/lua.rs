@@ -23,13 +23,13 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use mlua::chunk::ChunkMode;
 use mlua::{Function, HookTriggers, Lua, LuaOptions, LuaSerdeExt, StdLib, Table, Value, VmState};
 use serde_json::Value as Json;
 
-use super::contract::{Call, Hooks, Limits, PluginError, PluginMeta, Reply, Shared};
+use super::contract::{Call, Hooks, Limits, PluginError, PluginMeta, Shared};
 use super::lua_patterns;
 use super::luajson;
 
@@ -665,16 +665,11 @@ pub fn clean_error(e: &mlua::Error) -> String {
     first.chars().take(500).collect()
 }
 
-/// Waits for a reply until the call's deadline plus a grace period for the hand-off.
-pub fn wait(rx: &Receiver<Reply>, limits: &Limits) -> Option<Reply> {
-    rx.recv_timeout(limits.call_timeout + Duration::from_millis(200))
-        .ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::plugins::contract::Input;
+    use std::time::Duration;
 
     fn limits() -> Limits {
         Limits {
