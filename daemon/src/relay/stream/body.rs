@@ -1,0 +1,95 @@
+//! What a batch's body holds: the stored events as a JSON array, built without parsing them,
+//! or, when plugins have `relay` functions, what those let out. Refused control messages
+//! never leave the machine.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::worker::Worker;
+use crate::plugins::{Hooks, Input, PluginSet};
+use crate::store::EventJson;
+
+/// Refused control messages stay local: relaying them back would let a server that sends
+/// junk make the relay send it more.
+const KEPT_LOCAL: &str = "relay.control_rejected";
+
+impl Worker {
+    /// The body of a batch: the events as stored, or what the relay filters make of them.
+    pub(super) async fn body_of(&self, mut events: Vec<EventJson>) -> (Bytes, u64) {
+        events.retain(|e| !e.is_type(KEPT_LOCAL));
+        let set = self.shared.plugins.borrow().clone();
+        if set.with(Hooks::RELAY).next().is_none() {
+            let n = events.len() as u64;
+            return (json_array(&events), n);
+        }
+        let session = self.session.clone();
+        tokio::task::spawn_blocking(move || filtered_array(&set, &session, &events))
+            .await
+            .unwrap_or_else(|_| (Bytes::new(), 0))
+    }
+}
+
+/// `[e1,e2,…]` from stored events, without parsing them.
+fn json_array(events: &[EventJson]) -> Bytes {
+    let mut out = Vec::with_capacity(events.iter().map(|e| e.len() + 1).sum::<usize>() + 2);
+    out.push(b'[');
+    for (i, e) in events.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        e.write_to(&mut out);
+    }
+    out.push(b']');
+    Bytes::from(out)
+}
+
+/// `[e1,e2,…]` of what the plugins' `relay` functions let out, each changed as they say; an
+/// event a filter keeps back (nil) or fails on stays local. Every event sent keeps its `lsn`,
+/// which resyncs rely on.
+fn filtered_array(set: &PluginSet, session: &str, events: &[EventJson]) -> (Bytes, u64) {
+    let filters: Vec<_> = set
+        .with(Hooks::RELAY)
+        .filter(|p| p.disabled().is_none())
+        .collect();
+    let mut out = vec![b'['];
+    let mut count = 0;
+    let mut buf = Vec::new();
+    for e in events {
+        buf.clear();
+        e.write_to(&mut buf);
+        let Ok(mut event) = serde_json::from_slice::<serde_json::Value>(&buf) else {
+            continue;
+        };
+        let mut keep = true;
+        for p in &filters {
+            match p.call(Hooks::RELAY, Input::Event(Arc::new(event.clone()))) {
+                Ok(mut r) => match r.pop() {
+                    Some(serde_json::Value::Object(mut o)) => {
+                        o.insert("lsn".into(), e.lsn.into());
+                        event = serde_json::Value::Object(o);
+                    }
+                    _ => {
+                        keep = false;
+                        break;
+                    }
+                },
+                Err(f) => {
+                    tracing::warn!(%session, plugin = %p.name(), lsn = e.lsn, error = %f.error, "relay filter failed; the event stays local");
+                    keep = false;
+                    break;
+                }
+            }
+        }
+        if keep {
+            if count > 0 {
+                out.push(b',');
+            }
+            if serde_json::to_writer(&mut out, &event).is_ok() {
+                count += 1;
+            }
+        }
+    }
+    out.push(b']');
+    (Bytes::from(out), count)
+}

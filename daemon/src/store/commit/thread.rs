@@ -1,0 +1,183 @@
+//! The commit thread: takes whatever is queued (from any session) as one batch, up to its
+//! bounds, commits it, and syncs the write-ahead log when the fsync policy or a flush asks;
+//! a failed WAL sync stops the store taking appends.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use super::messages::{Append, CommitMsg, approx_len};
+use crate::config::FsyncPolicy;
+use crate::hub::Hub;
+use crate::store::error::StoreError;
+use crate::store::session::Session;
+use crate::store::types::{StoreSettings, StoreStats};
+use crate::store::wal::Wal;
+use crate::vfs::Vfs;
+
+/// Most events committed in one batch.
+const MAX_BATCH_EVENTS: usize = 4096;
+/// A batch stops growing past this many bytes.
+const MAX_BATCH_BYTES: usize = 8 << 20;
+
+pub(crate) struct Committer {
+    pub vfs: Arc<dyn Vfs>,
+    pub wal: Wal,
+    pub settings: StoreSettings,
+    pub stats: Arc<StoreStats>,
+    pub sessions_dir: PathBuf,
+    pub hub: Arc<Hub>,
+    /// Logs written since the last checkpoint (they need a sync before the WAL starts over).
+    pub(super) dirty: HashMap<String, Arc<Session>>,
+    /// Written to the WAL but not synced (interval / never policies).
+    pub(super) unsynced: bool,
+    pub(super) last_sync: Instant,
+    /// Set when the WAL can no longer be trusted: every append is refused from then on.
+    pub(super) failed: Option<String>,
+    /// Sessions whose lease record is written but not synced.
+    pub(super) leases_unsynced: Vec<Arc<Session>>,
+    /// Sessions holding a lease record in this WAL epoch: a checkpoint ends their leases.
+    /// (Not the same as `dirty`: a batch that triggers a checkpoint writes its leases into the
+    /// new epoch after `dirty` was cleared.)
+    pub(super) leased: HashMap<String, Arc<Session>>,
+    /// Sessions with acknowledged events the next WAL sync makes durable, and the last LSN.
+    pub(super) awaiting_sync: Vec<(Arc<Session>, u64)>,
+}
+
+impl Committer {
+    pub(crate) fn new(
+        vfs: Arc<dyn Vfs>,
+        wal: Wal,
+        settings: StoreSettings,
+        stats: Arc<StoreStats>,
+        sessions_dir: PathBuf,
+        hub: Arc<Hub>,
+    ) -> Self {
+        Committer {
+            vfs,
+            wal,
+            settings,
+            stats,
+            sessions_dir,
+            hub,
+            dirty: HashMap::new(),
+            unsynced: false,
+            last_sync: Instant::now(),
+            failed: None,
+            leases_unsynced: Vec::new(),
+            leased: HashMap::new(),
+            awaiting_sync: Vec::new(),
+        }
+    }
+
+    /// The body of the commit thread: serves `rx` until told to stop.
+    pub(crate) fn run(mut self, rx: Receiver<CommitMsg>) {
+        let period = Duration::from_millis(self.settings.fsync_interval_ms);
+        let mut batch: Vec<Append> = Vec::new();
+        loop {
+            let wait = if self.unsynced && self.settings.fsync == FsyncPolicy::Interval {
+                period.saturating_sub(self.last_sync.elapsed())
+            } else {
+                Duration::from_secs(3600)
+            };
+            let first = match rx.recv_timeout(wait) {
+                Ok(msg) => msg,
+                Err(RecvTimeoutError::Timeout) => {
+                    self.sync_wal();
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.checkpoint();
+                    return;
+                }
+            };
+            let mut shutdown = None;
+            let mut flushes = Vec::new();
+            let mut bytes = 0;
+            let mut next = Some(first);
+            while let Some(msg) = next.take() {
+                match msg {
+                    CommitMsg::Append(a) => {
+                        bytes += approx_len(&a.event);
+                        batch.push(a);
+                    }
+                    CommitMsg::Appends(all) => {
+                        bytes += all.iter().map(|a| approx_len(&a.event)).sum::<usize>();
+                        batch.extend(all);
+                    }
+                    CommitMsg::Flush { done } => flushes.push(done),
+                    CommitMsg::Shutdown { done } => shutdown = Some(done),
+                }
+                if shutdown.is_none()
+                    && flushes.is_empty()
+                    && batch.len() < MAX_BATCH_EVENTS
+                    && bytes < MAX_BATCH_BYTES
+                {
+                    next = rx.try_recv().ok();
+                }
+            }
+            if !batch.is_empty() {
+                self.commit(std::mem::take(&mut batch));
+            }
+            if !flushes.is_empty()
+                || (self.unsynced
+                    && self.settings.fsync == FsyncPolicy::Interval
+                    && self.last_sync.elapsed() >= period)
+            {
+                self.sync_wal();
+            }
+            for done in flushes {
+                let result = match &self.failed {
+                    None => Ok(()),
+                    Some(reason) => Err(StoreError::Failed {
+                        reason: reason.clone(),
+                    }),
+                };
+                let _ = done.send(result);
+            }
+            if let Some(done) = shutdown {
+                self.checkpoint();
+                // Anything still queued is answered "shutting down" by dropping its Ack.
+                drop(rx);
+                drop(done);
+                return;
+            }
+        }
+    }
+
+    pub(super) fn sync_wal(&mut self) {
+        if !self.unsynced {
+            return;
+        }
+        match self.wal.sync() {
+            Ok(()) => {
+                self.stats.fsyncs.fetch_add(1, Relaxed);
+                self.synced();
+            }
+            Err(e) => self.fail(format!("syncing the write-ahead log failed: {e}")),
+        }
+    }
+
+    /// Everything written to the WAL so far is durable: so are the leases and events in it.
+    pub(super) fn synced(&mut self) {
+        self.unsynced = false;
+        self.last_sync = Instant::now();
+        for session in self.leases_unsynced.drain(..) {
+            let mut state = session.writer.lock().unwrap();
+            state.lease_synced = state.lease;
+        }
+        for (session, lsn) in self.awaiting_sync.drain(..) {
+            session.set_durable(lsn);
+        }
+    }
+
+    pub(super) fn fail(&mut self, reason: String) {
+        // After a failed fsync the kernel may have dropped the dirty pages: what was
+        // acknowledged can no longer be vouched for, so stop taking appends.
+        tracing::error!(%reason, "the store takes no more appends until the daemon restarts");
+        self.failed.get_or_insert(reason);
+    }
+}

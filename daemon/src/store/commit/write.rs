@@ -1,0 +1,163 @@
+//! A session's share of a batch, serialized and written to its log (not synced), at the
+//! length the commit thread knows; and taken back out when the batch fails.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use dstream_sdk::Event;
+use serde_json::value::RawValue;
+
+use super::messages::{Ack, approx_len, fail_all};
+use super::thread::Committer;
+use crate::store::error::StoreError;
+use crate::store::record;
+use crate::store::session::Session;
+use crate::store::types::NewEventRaw;
+use crate::util::time::now_ms;
+
+/// One session's share of a batch.
+pub(super) struct Group {
+    pub(super) session: Arc<Session>,
+    pub(super) appends: Vec<(NewEventRaw, Option<String>, Ack)>,
+}
+
+/// A group serialized and written to its log, waiting for the WAL sync.
+pub(super) struct Written {
+    pub(super) session: Arc<Session>,
+    pub(super) buf: Bytes,
+    /// (lsn, id, start of line in buf, length of the event body)
+    pub(super) lines: Vec<(u64, String, usize, usize)>,
+    pub(super) acks: Vec<Ack>,
+    pub(super) old_len: u64,
+    pub(super) timestamp: u64,
+    pub(super) new_lineage: Option<String>,
+}
+
+impl Committer {
+    /// Serializes a group and appends it to its log (not synced). `None` when it failed (the
+    /// acks are answered).
+    pub(super) fn write_group(&mut self, group: Group) -> Option<Written> {
+        let session = group.session;
+        if let Some(reason) = session.quarantine_reason() {
+            let err = StoreError::Quarantined {
+                session: session.id.clone(),
+                reason: reason.to_string(),
+            };
+            fail_all(group.appends.into_iter().map(|(_, _, a)| a).collect(), err);
+            return None;
+        }
+        let mut state = session.writer.lock().unwrap();
+        if let Some(reason) = &state.failed {
+            let err = StoreError::Failed {
+                reason: format!("session {}: {reason}", session.id),
+            };
+            fail_all(group.appends.into_iter().map(|(_, _, a)| a).collect(), err);
+            return None;
+        }
+        let timestamp = now_ms();
+        let mut buf = Vec::with_capacity(
+            group
+                .appends
+                .iter()
+                .map(|(e, _, _)| approx_len(e) + 160)
+                .sum(),
+        );
+        let mut lines = Vec::with_capacity(group.appends.len());
+        let mut acks = Vec::with_capacity(group.appends.len());
+        let mut new_lineage = None;
+        // An event without a stream_id joins the session's lineage: the first event's stream.
+        let mut lineage = state.stream_id.clone();
+        let mut object = Vec::with_capacity(512);
+        let empty: &RawValue = serde_json::from_str("{}").expect("valid json");
+        for (i, (event, preset_id, ack)) in group.appends.into_iter().enumerate() {
+            let lsn = state.next_lsn + i as u64;
+            let id = preset_id.unwrap_or_else(|| {
+                state
+                    .ids
+                    .generate()
+                    .unwrap_or_else(|_| ulid::Ulid::new())
+                    .to_string()
+            });
+            if lineage.is_none() {
+                let root = event
+                    .stream_id
+                    .clone()
+                    .unwrap_or_else(|| session.id.clone());
+                new_lineage = Some(root.clone());
+                lineage = Some(root);
+            }
+            let stored = Event::<&RawValue> {
+                lsn,
+                id,
+                event_type: event.event_type,
+                session_id: session.id.clone(),
+                stream_id: event
+                    .stream_id
+                    .or_else(|| lineage.clone())
+                    .unwrap_or_default(),
+                causation_id: event.causation_id,
+                correlation_id: event.correlation_id,
+                actor: event.actor,
+                timestamp,
+                payload: event.payload.as_deref().unwrap_or(empty),
+                metadata: event.metadata.as_deref(),
+                raw: event.raw.as_deref(),
+            };
+            object.clear();
+            serde_json::to_writer(&mut object, &stored).expect("serializing to a Vec cannot fail");
+            let start = buf.len();
+            record::seal(&object, &mut buf);
+            lines.push((lsn, stored.id, start, object.len() - 1));
+            acks.push(ack);
+        }
+        let old_len = state.len;
+        let opened = session.log_handle().map(|(file, _created)| file);
+        let file = match opened {
+            Ok(f) => f,
+            Err(e) => {
+                drop(state);
+                fail_all(acks, StoreError::io("opening the log", &e));
+                return None;
+            }
+        };
+        // At the length the commit thread knows, not at the file's end: bytes a failed write
+        // left behind are overwritten rather than built upon.
+        if let Err(e) = file.write_at(&buf, old_len) {
+            tracing::error!(session = %session.id, error = %e, "append failed; cutting the log back");
+            if let Err(e2) = file.set_len(old_len) {
+                state.failed = Some(format!(
+                    "the log could not be restored after a failed write: {e2}"
+                ));
+            }
+            drop(state);
+            fail_all(acks, StoreError::io("writing the log", &e));
+            return None;
+        }
+        drop(state);
+        self.dirty.insert(session.id.clone(), session.clone());
+        Some(Written {
+            session,
+            buf: Bytes::from(buf),
+            lines,
+            acks,
+            old_len,
+            timestamp,
+            new_lineage,
+        })
+    }
+
+    /// Takes a written group back out of its log after the batch failed.
+    pub(super) fn cut_back(&self, w: &Written) {
+        // Reopened if need be: a batch holds no descriptors beyond the file cache's, however
+        // many sessions it touches.
+        let restored = w
+            .session
+            .log_handle()
+            .and_then(|(file, _)| file.set_len(w.old_len));
+        if let Err(e) = restored {
+            w.session.writer.lock().unwrap().failed = Some(format!(
+                "the log could not be restored after a failed write: {e}"
+            ));
+        }
+    }
+}
