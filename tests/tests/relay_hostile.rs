@@ -198,16 +198,18 @@ fn junk_on_the_control_stream_costs_the_local_log_a_count_not_a_copy() {
     hold_checkpoint(&d, "j");
     append(&d, "j", 3);
     let t0 = Instant::now();
+    let start = hostile.counts.control_reads.load(Relaxed);
     wait_for("twelve junk pages served", LONG, || {
-        (hostile.counts.control_reads.load(Relaxed) >= 12).then_some(())
+        (hostile.counts.control_reads.load(Relaxed) >= start + 12).then_some(())
     });
     let elapsed = t0.elapsed();
-    let pages = hostile.counts.control_reads.load(Relaxed);
+    let pages = hostile.counts.control_reads.load(Relaxed) - start;
     // Every page brought only refusals, so each next read waited the backoff (from 200 ms,
-    // doubling, capped at retry_max_ms = 300 ms; the first read is at once): the server
-    // cannot make the relay spin (it read 18,000 pages a second before).
+    // doubling to retry_max_ms = 300 ms, each wait at least half its base): 11 waits between
+    // 12 reads take at least 100 + 10 × 150 ms. The server cannot make the relay spin (before,
+    // such pages were read back to back, and recorded as 1,300 local events a second).
     assert!(
-        elapsed >= Duration::from_millis(200 + 300 * 9),
+        elapsed >= Duration::from_millis(100 + 150 * 10),
         "{pages} pages in {elapsed:?}"
     );
     // Wait for the refusals to be written (at most one record per 10 s, plus one per page).
@@ -331,8 +333,9 @@ fn the_same_trouble_on_every_batch_is_asked_again_only_after_a_backoff() {
     let d = daemon(&hostile.base_url(), 300);
     append(&d, "g", 3);
     let t0 = Instant::now();
+    let start = hostile.counts.appends.load(Relaxed);
     wait_for("ten appends refused", LONG, || {
-        (hostile.counts.appends.load(Relaxed) >= 10).then_some(())
+        (hostile.counts.appends.load(Relaxed) >= start + 10).then_some(())
     });
     eprintln!(
         "409 on every append: 10 appends and {} resync reads in {:?}",
@@ -340,7 +343,7 @@ fn the_same_trouble_on_every_batch_is_asked_again_only_after_a_backoff() {
         t0.elapsed()
     );
     // The first resync is at once; each later one waits at least half the backoff (50 ms,
-    // doubling to 300 ms).
+    // doubling to 300 ms): ten appends have at least eight waits between them.
     assert!(
         t0.elapsed() >= Duration::from_millis(25 + 50 + 100 + 150 * 5),
         "{:?}",
@@ -375,8 +378,10 @@ fn the_same_trouble_on_every_batch_is_asked_again_only_after_a_backoff() {
     wait_for("ten quick empty polls", LONG, || {
         (hostile.counts.control_reads.load(Relaxed) >= start + 10).then_some(())
     });
+    // Ten reads after the first: at least nine waits of at least half their base (200 ms
+    // doubling to 300 ms).
     assert!(
-        t1.elapsed() >= Duration::from_millis(200 + 300 * 8),
+        t1.elapsed() >= Duration::from_millis(100 + 150 * 8),
         "{:?}",
         t1.elapsed()
     );
