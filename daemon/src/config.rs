@@ -38,6 +38,8 @@ pub struct DaemonConfig {
     pub max_connections: usize,
     pub idle_timeout_ms: u64,
     pub max_subscriptions_per_connection: usize,
+    pub autostart: bool,
+    pub spool_max_bytes: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -431,6 +433,61 @@ impl Config {
                 .join(".dstream")
                 .join("data"),
         }
+    }
+}
+
+/// What `dstream daemon` was told on its command line; the environment and the config file
+/// fill in the rest (see [`Config::resolve`]).
+#[derive(Debug, Clone, Default)]
+pub struct DaemonFlags {
+    pub config: Option<PathBuf>,
+    pub socket: Option<PathBuf>,
+    pub data_dir: Option<PathBuf>,
+}
+
+/// `$XDG_CONFIG_HOME/dstream/config.toml`, else `~/.config/dstream/config.toml`: the file a
+/// daemon reads when neither `--config` nor `$DSTREAM_CONFIG` names one (if it exists).
+pub fn default_config_path() -> PathBuf {
+    match std::env::var_os("XDG_CONFIG_HOME").filter(|d| !d.is_empty()) {
+        Some(dir) => PathBuf::from(dir).join("dstream").join("config.toml"),
+        None => dstream_sdk::socket::home_dir()
+            .join(".config")
+            .join("dstream")
+            .join("config.toml"),
+    }
+}
+
+fn env_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+impl Config {
+    /// The configuration a daemon started with `flags` runs with: flags, then the environment
+    /// (`DSTREAM_CONFIG`, `DSTREAM_SOCKET`, `DSTREAM_DATA_DIR`), then the config file, then the
+    /// embedded defaults. One rule for `dstream daemon`, the hook that starts one, and
+    /// `dstream doctor`, so all three agree on the socket and the data directory.
+    pub fn resolve(flags: &DaemonFlags) -> Result<Config, ConfigError> {
+        let file = flags.config.clone().or_else(|| env_path("DSTREAM_CONFIG"));
+        let mut config = match file {
+            Some(path) => Config::load(&path)?,
+            None => {
+                let path = default_config_path();
+                if path.is_file() {
+                    Config::load(&path)?
+                } else {
+                    Config::default()
+                }
+            }
+        };
+        if let Some(socket) = flags.socket.clone().or_else(|| env_path("DSTREAM_SOCKET")) {
+            config.daemon.socket = socket;
+        }
+        if let Some(dir) = flags.data_dir.clone().or_else(|| env_path("DSTREAM_DATA_DIR")) {
+            config.daemon.data_dir = dir;
+        }
+        Ok(config)
     }
 }
 

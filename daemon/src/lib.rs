@@ -18,12 +18,15 @@
 //! - [`relay`]: every session mirrored exactly once to a remote Durable Streams server,
 //!   caught up from the logs, with remote approvals from a signed control stream;
 //! - [`watch`]: hot reload of the plugin folder and the config file;
+//! - [`spool`]: events hooks wrote while no daemon ran, drained once each at start and
+//!   whenever one appears; [`autostart`]: how a hook starts a daemon that is not running;
 //! - [`state`]: what all of them share (config, store, hub, counters, memory budget);
 //! - [`config`]: the configuration and its embedded, documented defaults.
 //!
 //! The `dstream` binary (CLI) is built on this crate and on `dstream-sdk`.
 
 mod agent_procs;
+pub mod autostart;
 pub(crate) mod checkpoint;
 pub(crate) mod component;
 pub mod config;
@@ -43,6 +46,7 @@ pub(crate) mod redact;
 pub(crate) mod relay;
 mod rpc;
 pub mod server;
+pub mod spool;
 mod slots;
 pub mod state;
 pub mod store;

@@ -42,6 +42,8 @@ pub enum StartError {
     Checkpoints(io::Error),
     #[error("cannot start the relay: {0}")]
     Relay(io::Error),
+    #[error("cannot start draining the spool: {0}")]
+    Spool(io::Error),
     #[error(transparent)]
     Redact(#[from] crate::redact::PatternError),
 }
@@ -137,6 +139,15 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
     )
     .map_err(StartError::Relay)?;
     components.add(relay.clone());
+    // Last: what hooks spooled while no daemon ran goes through everything above.
+    let spool = crate::spool::drain::SpoolDrain::start(
+        store.clone(),
+        pipeline.clone(),
+        &data_dir,
+        config.daemon.max_frame_bytes,
+    )
+    .map_err(StartError::Spool)?;
+    components.add(spool.clone());
     if let Some(w) = crate::watch::start(pipeline.clone(), config.file.clone()) {
         components.add(Arc::new(w));
     }
@@ -159,6 +170,7 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
         pipeline,
         checkpoints,
         relay,
+        spool,
         stats: Default::default(),
         started,
         agents: Default::default(),

@@ -38,6 +38,8 @@ pub struct DaemonState {
     pub pipeline: Arc<Pipeline>,
     pub checkpoints: Arc<Checkpoints>,
     pub relay: Arc<crate::relay::Relay>,
+    /// Drains what hooks spooled while no daemon ran.
+    pub(crate) spool: Arc<crate::spool::drain::SpoolDrain>,
     pub stats: ServerStats,
     pub memory: MemoryBudget,
     pub slots: Arc<crate::slots::Slots>,

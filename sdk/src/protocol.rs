@@ -463,6 +463,29 @@ pub struct StatsResult {
     /// The relay to a remote Durable Streams server.
     #[serde(default)]
     pub relay: RelayTotals,
+    /// Events hooks spooled while no daemon ran: what waits, and what the drain did.
+    #[serde(default)]
+    pub spool: SpoolStats,
+}
+
+/// The spool, in `stats`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpoolStats {
+    /// Spool files waiting to be drained, and their bytes.
+    pub pending_files: u64,
+    pub pending_bytes: u64,
+    /// Events lost because the spool was full, not yet reported in their sessions.
+    pub overflow_pending: u64,
+    /// Since the daemon started: events drained, files drained, damaged parts moved aside,
+    /// files refused (another user's), lost events reported.
+    pub drained_events: u64,
+    pub drained_files: u64,
+    pub damaged: u64,
+    pub refused: u64,
+    pub overflow_reported: u64,
+    /// Why the last drain stopped early, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
 }
 
 // ---- relay ----

@@ -207,8 +207,8 @@ impl AgentEnv {
         self.root.keep()
     }
 
-    /// A command with a clean environment: only PATH, LANG, HOME, the XDG dirs and `TMPDIR`
-    /// from here, so nothing of the caller's session (API keys, agent settings) leaks in.
+    /// A command with a clean environment: only PATH, LANG, HOME, the XDG dirs, `TMPDIR` and
+    /// `DSTREAM_AUTOSTART=0` from here, so nothing of the caller's session (API keys, agent settings) leaks in.
     pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut cmd = Command::new(program);
         cmd.env_clear()
@@ -223,7 +223,9 @@ impl AgentEnv {
             .env("XDG_DATA_HOME", &self.xdg_data)
             .env("XDG_CACHE_HOME", &self.xdg_cache)
             .env("XDG_STATE_HOME", &self.xdg_state)
-            .env("TMPDIR", std::env::temp_dir());
+            .env("TMPDIR", std::env::temp_dir())
+            // A hook never starts a daemon the test did not ask for (autostart tests set it).
+            .env("DSTREAM_AUTOSTART", "0");
         cmd
     }
 }
@@ -517,7 +519,7 @@ pub fn spawn_claude_bash(
     install(env, "claude-code");
     let mock = MockModel::anthropic(Script::tool_then_text(Reply::bash(command), final_text));
     let mut cmd = claude_command(paths, env, &mock, "Run the command", &[]);
-    cmd.env("DSTREAM_SOCKET", socket);
+    cmd.envs(crate::client_env(socket));
     spawn_run(cmd, mock)
 }
 

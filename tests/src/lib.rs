@@ -178,6 +178,28 @@ pub fn run_detached(program: &Path, args: &[&std::ffi::OsStr]) -> std::process::
     }
 }
 
+/// The data directory that goes with `socket` in these tests: a [`Daemon`]'s
+/// (`<dir>/run/dstream.sock` → `<dir>/data`), else a folder `data` beside the socket.
+pub fn data_dir_for(socket: &Path) -> PathBuf {
+    let parent = socket.parent().expect("a socket path has a folder");
+    match parent.file_name() {
+        Some(name) if name == "run" => parent.parent().unwrap_or(parent).join("data"),
+        _ => parent.join("data"),
+    }
+}
+
+/// The environment of a hook, or of an agent whose hooks run dstream, talking to `socket` in
+/// a test: the socket, autostart off (a test's hook never starts a daemon it did not ask for;
+/// the tests of autostart turn it on), and the spool in the test's own data directory.
+pub fn client_env(socket: impl AsRef<Path>) -> [(&'static str, std::ffi::OsString); 3] {
+    let socket = socket.as_ref();
+    [
+        ("DSTREAM_SOCKET", socket.as_os_str().to_owned()),
+        ("DSTREAM_AUTOSTART", "0".into()),
+        ("DSTREAM_DATA_DIR", data_dir_for(socket).into_os_string()),
+    ]
+}
+
 /// `dstream hook claude-code` against the daemon at `socket`, with `event` on stdin, left
 /// running (it may wait for a checkpoint).
 pub fn spawn_hook(socket: &Path, event: &Value) -> Child {
@@ -189,7 +211,7 @@ pub fn spawn_hook(socket: &Path, event: &Value) -> Child {
 pub fn spawn_hook_raw(socket: &Path, stdin: &[u8], env: &[(&str, &str)]) -> Child {
     let mut child = Command::new(daemon_bin())
         .args(["hook", "claude-code"])
-        .env("DSTREAM_SOCKET", socket)
+        .envs(client_env(socket))
         .env_remove("DSTREAM_HOOK_FAIL_CLOSED")
         .envs(env.iter().copied())
         .stdin(Stdio::piped())

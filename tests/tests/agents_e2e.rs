@@ -60,7 +60,7 @@ fn a_claude_code_run_lands_in_one_session_log_in_order() {
     ));
     let mut cmd: Command =
         agents::claude_command(&paths, &env, &mock, "Run echo hello-from-dstream", &[]);
-    cmd.env("DSTREAM_SOCKET", d.socket());
+    cmd.envs(dstream_tests::client_env(d.socket()));
     let out = agents::run(&env, cmd, Duration::from_secs(90));
     out.assert_success("claude -p with dstream hooks");
     assert!(out.stdout.contains(FINAL), "stdout: {}", out.stdout);
@@ -128,7 +128,7 @@ fn an_opencode_run_lands_in_one_session_log_in_order() {
         FINAL,
     ));
     let mut cmd = agents::opencode_command(&paths, &env, &mock, "Run echo hello-from-dstream", &[]);
-    cmd.env("DSTREAM_SOCKET", d.socket());
+    cmd.envs(dstream_tests::client_env(d.socket()));
     let out = agents::run(&env, cmd, Duration::from_secs(120));
     out.assert_success("opencode run with the dstream plugin");
     assert!(out.stdout.contains(FINAL), "stdout: {}", out.stdout);

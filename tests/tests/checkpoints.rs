@@ -668,7 +668,7 @@ impl OpenCode {
         let mut child = Command::new(std::env::var("DSTREAM_TEST_NODE").unwrap_or("node".into()))
             .arg(root.join("scripts/opencode/test/driver.mjs"))
             .arg(root.join("scripts/opencode/dstream.js"))
-            .env("DSTREAM_SOCKET", socket)
+            .envs(dstream_tests::client_env(socket))
             .env_remove("DSTREAM_HOOK_FAIL_CLOSED")
             .env_remove("DSTREAM_HOOK_TIMEOUT_MS")
             .stdin(Stdio::piped())

@@ -89,7 +89,7 @@ fn opencode_run(
     agents::install(env, "opencode");
     let mock = MockModel::openai(Script::tool_then_text(Reply::opencode_bash(command), FINAL));
     let mut cmd = agents::opencode_command(paths, env, &mock, "Run the command", &[]);
-    cmd.env("DSTREAM_SOCKET", d.socket());
+    cmd.envs(dstream_tests::client_env(d.socket()));
     agents::spawn_run(cmd, mock)
 }
 

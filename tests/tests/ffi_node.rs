@@ -53,7 +53,7 @@ fn the_node_package_passes_its_suite_against_a_real_daemon() {
     let out = Command::new(std::env::var("DSTREAM_TEST_NODE").unwrap_or_else(|_| "node".into()))
         .args(["--test", "test/"])
         .current_dir(&dir)
-        .env("DSTREAM_SOCKET", d.socket())
+        .envs(dstream_tests::client_env(d.socket()))
         .env("DSTREAM_FFI_LIB", &lib)
         .output()
         .unwrap();

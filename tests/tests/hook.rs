@@ -48,7 +48,7 @@ fn hook_with(
     let mut cmd = Command::new(daemon_bin());
     cmd.args(["hook", "claude-code"])
         .args(args)
-        .env("DSTREAM_SOCKET", socket)
+        .envs(dstream_tests::client_env(socket))
         .env_remove("DSTREAM_HOOK_FAIL_CLOSED")
         .env_remove("DSTREAM_HOOK_TIMEOUT_MS")
         .env_remove("DSTREAM_HOOK_DEBUG")
@@ -244,7 +244,7 @@ fn decision(d: Value) -> impl Fn(&Value) -> Value + Send + Sync + 'static {
 // ---- the hook without a daemon ----
 
 #[test]
-fn without_a_daemon_the_hook_prints_nothing_and_exits_at_once() {
+fn without_a_daemon_and_autostart_the_hook_spools_prints_nothing_and_exits_at_once() {
     let dir = temp_dir();
     let missing = dir.path().join("no-such-dir").join("dstream.sock");
     let event = pre_tool_use("s-down");
@@ -261,19 +261,28 @@ fn without_a_daemon_the_hook_prints_nothing_and_exits_at_once() {
             HANG_GUARD,
         );
         assert_eq!(printed(&out), Value::Null);
+        // Autostart is off here: the event waits in the spool, and stderr says where.
+        let said = String::from_utf8_lossy(&out.stderr);
         assert!(
-            out.stderr.is_empty(),
-            "a daemon that is not running is not worth a word on stderr: {}",
-            String::from_utf8_lossy(&out.stderr)
+            said.contains("autostart is off") && said.contains("spooled in"),
+            "{said}"
         );
         assert!(!missing.exists(), "no daemon appeared meanwhile");
     }
+    let spooled = std::fs::read_dir(dstream_tests::data_dir_for(&missing).join("spool"))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".jsonl"))
+        .count();
+    assert_eq!(spooled, 5, "each run spooled its event");
     // A socket file nobody listens on (a daemon that died): refused, just as quiet and quick.
     let stale = dir.path().join("stale.sock");
     drop(UnixListener::bind(&stale).unwrap());
     let (out, _) = hook_with(&stale, event.to_string().as_bytes(), &[], &env, HANG_GUARD);
     assert_eq!(printed(&out), Value::Null);
-    assert!(out.stderr.is_empty(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("spooled in"),
+        "{out:?}"
+    );
 }
 
 #[test]
@@ -546,7 +555,7 @@ fn a_stdin_that_never_ends_is_cut_off_too() {
     let sock = dir.path().join("none.sock");
     let mut child = Command::new(daemon_bin())
         .args(["hook", "claude-code"])
-        .env("DSTREAM_SOCKET", &sock)
+        .envs(dstream_tests::client_env(&sock))
         .env("DSTREAM_HOOK_TIMEOUT_MS", "300")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -772,7 +781,7 @@ impl OpenCode {
         let mut cmd = Command::new(node());
         cmd.arg(root.join("scripts/opencode/test/driver.mjs"))
             .arg(root.join("scripts/opencode/dstream.js"))
-            .env("DSTREAM_SOCKET", socket)
+            .envs(dstream_tests::client_env(socket))
             .env_remove("DSTREAM_HOOK_FAIL_CLOSED")
             .env_remove("DSTREAM_HOOK_TIMEOUT_MS")
             .stdin(Stdio::piped())
@@ -1171,7 +1180,7 @@ fn claude_code_reports_every_turn_and_obeys_a_deny() {
         FINAL,
     ));
     let mut cmd = agents::claude_command(&paths, &env, &mock, "Run echo hello-from-dstream", &[]);
-    cmd.env("DSTREAM_SOCKET", d.socket());
+    cmd.envs(dstream_tests::client_env(d.socket()));
     let out = agents::run(&env, cmd, agents::RUN_TIMEOUT);
     out.assert_success("claude -p");
     assert!(
@@ -1210,7 +1219,7 @@ fn claude_code_reports_every_turn_and_obeys_a_deny() {
         FINAL,
     ));
     let mut cmd = agents::claude_command(&paths, &env, &mock, "Run the forbidden echo", &[]);
-    cmd.env("DSTREAM_SOCKET", d.socket());
+    cmd.envs(dstream_tests::client_env(d.socket()));
     let out = agents::run(&env, cmd, agents::RUN_TIMEOUT);
     out.assert_success("claude -p");
     let results = tool_results(&mock);
@@ -1250,7 +1259,7 @@ fn opencode_reports_through_the_installed_plugin_and_obeys_a_deny() {
         FINAL,
     ));
     let mut cmd = agents::opencode_command(&paths, &env, &mock, "Run echo hello-from-dstream", &[]);
-    cmd.env("DSTREAM_SOCKET", d.socket());
+    cmd.envs(dstream_tests::client_env(d.socket()));
     let out = agents::run(&env, cmd, agents::RUN_TIMEOUT);
     out.assert_success("opencode run");
     assert!(tool_results(&mock).contains("hello-from-dstream"));
@@ -1278,7 +1287,7 @@ fn opencode_reports_through_the_installed_plugin_and_obeys_a_deny() {
         FINAL,
     ));
     let mut cmd = agents::opencode_command(&paths, &env, &mock, "Run the forbidden echo", &[]);
-    cmd.env("DSTREAM_SOCKET", d.socket());
+    cmd.envs(dstream_tests::client_env(d.socket()));
     let out = agents::run(&env, cmd, agents::RUN_TIMEOUT);
     out.assert_success("opencode run");
     let results = tool_results(&mock);

@@ -463,7 +463,7 @@ fn a_moved_binary_is_repointed_and_the_installed_command_runs_under_sh() {
     let mut child = Command::new("sh")
         .arg("-c")
         .arg(&cmds[0])
-        .env("DSTREAM_SOCKET", odd.path().join("none.sock"))
+        .envs(dstream_tests::client_env(odd.path().join("none.sock")))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()

@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, bail};
 use clap::Args;
+use dstream_sdk::protocol::SpoolStats;
 use dstream_sdk::protocol::{AppendResult, QueryParams, methods};
 use dstream_sdk::{Event, NewEvent, SubscriptionItem};
 use serde::Deserialize;
@@ -226,9 +227,45 @@ pub struct SessionsArgs {
     opts: ClientOpts,
 }
 
+/// The spool in one line: what waits, what was drained, what was lost or set aside.
+fn spool_line(s: &SpoolStats) -> String {
+    let mut line = format!(
+        "{} files waiting ({}), {} events drained",
+        s.pending_files,
+        output::bytes(s.pending_bytes),
+        s.drained_events
+    );
+    if s.overflow_pending + s.overflow_reported > 0 {
+        line.push_str(&format!(
+            ", {} events LOST (spool full)",
+            s.overflow_pending + s.overflow_reported
+        ));
+    }
+    if s.damaged > 0 {
+        line.push_str(&format!(", {} damaged parts set aside", s.damaged));
+    }
+    if s.refused > 0 {
+        line.push_str(&format!(", {} files refused (another user's)", s.refused));
+    }
+    if let Some(e) = &s.last_error {
+        line.push_str(&format!("; last error: {e}"));
+    }
+    line
+}
+
 pub fn sessions(args: SessionsArgs) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
-        let sessions = connect(&args.opts).await?.sessions().await?;
+        let client = connect(&args.opts).await?;
+        let sessions = client.sessions().await?;
+        // Events still in the spool belong to sessions not listed (or not complete) yet.
+        if !args.opts.json
+            && let Ok(stats) = client.call_raw(methods::STATS, serde_json::json!({})).await
+            && let Some(spool) = stats.get("spool")
+            && let Ok(s) = serde_json::from_value::<SpoolStats>(spool.clone())
+            && (s.pending_files > 0 || s.overflow_pending > 0)
+        {
+            eprintln!("spool: {}", spool_line(&s));
+        }
         if args.opts.json {
             for s in &sessions {
                 print_json(s)?;
@@ -386,7 +423,7 @@ pub fn stats(args: StatsArgs) -> anyhow::Result<ExitCode> {
             bail!("unexpected stats reply: {stats}")
         };
         for (key, value) in map {
-            if key == "plugins" || key == "relay" {
+            if key == "plugins" || key == "relay" || key == "spool" {
                 continue; // printed below
             }
             let shown = match (key.as_str(), value.as_u64()) {
@@ -399,6 +436,11 @@ pub fn stats(args: StatsArgs) -> anyhow::Result<ExitCode> {
             // The value shown is a duration, not a count of milliseconds.
             let key = if key == "uptime_ms" { "uptime" } else { key };
             println!("{key:<22} {shown}");
+        }
+        if let Some(spool) = map.get("spool")
+            && let Ok(s) = serde_json::from_value::<SpoolStats>(spool.clone())
+        {
+            println!("{:<22} {}", "spool", spool_line(&s));
         }
         if let Some(relay) = map.get("relay")
             && let Ok(t) =

@@ -6,11 +6,13 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::Args;
 use dstream_daemon::Config;
+use dstream_daemon::config::DaemonFlags;
 
 #[derive(Args)]
 pub struct DaemonArgs {
-    /// Configuration file; keys it leaves out keep their defaults (see config.toml).
-    #[arg(long, env = "DSTREAM_CONFIG")]
+    /// Configuration file; keys it leaves out keep their defaults (see config.toml)
+    /// [env: DSTREAM_CONFIG; default: ~/.config/dstream/config.toml if it exists].
+    #[arg(long)]
     config: Option<PathBuf>,
     /// Socket path [env: DSTREAM_SOCKET; overrides the config file].
     #[arg(long)]
@@ -23,12 +25,6 @@ pub struct DaemonArgs {
     plugin_dir: Option<PathBuf>,
 }
 
-fn env_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os(name)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-}
-
 pub fn run(args: DaemonArgs) -> anyhow::Result<ExitCode> {
     return_big_buffers_to_the_os();
     tracing_subscriber::fmt()
@@ -38,17 +34,11 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<ExitCode> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let mut config = match &args.config {
-        Some(path) => Config::load(path)?,
-        None => Config::default(),
-    };
-    // Flags, then the environment, override the file.
-    if let Some(socket) = args.socket.or_else(|| env_path("DSTREAM_SOCKET")) {
-        config.daemon.socket = socket;
-    }
-    if let Some(dir) = args.data_dir.or_else(|| env_path("DSTREAM_DATA_DIR")) {
-        config.daemon.data_dir = dir;
-    }
+    let mut config = Config::resolve(&DaemonFlags {
+        config: args.config,
+        socket: args.socket,
+        data_dir: args.data_dir,
+    })?;
     config.plugin_dir_override = args.plugin_dir;
     raise_open_file_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()

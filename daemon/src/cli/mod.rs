@@ -10,6 +10,7 @@ mod install;
 mod output;
 mod plugins_cmd;
 mod relay_cmd;
+mod start;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -31,6 +32,8 @@ struct Cli {
 enum Command {
     /// Run the daemon in the foreground (stops cleanly on SIGINT/SIGTERM).
     Daemon(daemon_cmd::DaemonArgs),
+    /// Make sure a daemon is running: start one in the background if none answers.
+    Start(start::StartArgs),
     /// Append events read as JSON lines from stdin.
     Append(client_cmds::AppendArgs),
     /// Print a session's events, optionally following new ones.
@@ -103,6 +106,7 @@ pub fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::Daemon(args) => daemon_cmd::run(args),
+        Command::Start(args) => start::run(args),
         Command::Append(args) => client_cmds::append(args),
         Command::Tail(args) => client_cmds::tail(args),
         Command::Sessions(args) => client_cmds::sessions(args),

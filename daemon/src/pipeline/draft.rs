@@ -50,21 +50,33 @@ pub(super) fn fallback_session(source: &str, given: Option<&str>, raw: &Json) ->
     format!("{source}-unassigned")
 }
 
-/// `checkpoint.bypassed`: a tool call that ran before the daemon could decide it.
-pub(super) fn bypassed_event(request: &Draft, cause: &str, why: &str) -> Draft {
+/// `checkpoint.bypassed`: a tool call that ran before the daemon could decide it, and the
+/// policy rule that would have stopped it, if one would have.
+pub(super) fn bypassed_event(
+    request: &Draft,
+    cause: &str,
+    why: &str,
+    rule: Option<&crate::checkpoint::policy::RuleVerdict>,
+) -> Draft {
     let payload = request.event.get("payload");
+    let mut event = json!({
+        "type": "checkpoint.bypassed",
+        "actor": "dstream",
+        "causation_id": cause,
+        "payload": {
+            "reason": why,
+            "tool": payload.and_then(|p| p.get("tool")),
+            "tool_use_id": payload.and_then(|p| p.get("tool_use_id")),
+        },
+    });
+    if let Some(r) = rule {
+        event["payload"]["would_have"] = json!(r.action);
+        event["payload"]["rule"] = json!(r.rule);
+        event["payload"]["rule_description"] = json!(r.description);
+    }
     Draft {
         session_id: request.session_id.clone(),
-        event: object(json!({
-            "type": "checkpoint.bypassed",
-            "actor": "dstream",
-            "causation_id": cause,
-            "payload": {
-                "reason": why,
-                "tool": payload.and_then(|p| p.get("tool")),
-                "tool_use_id": payload.and_then(|p| p.get("tool_use_id")),
-            },
-        })),
+        event: object(event),
     }
 }
 

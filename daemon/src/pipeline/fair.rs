@@ -51,6 +51,7 @@ mod tests {
             raw: serde_json::value::to_raw_value(&n).unwrap(),
             session_id: None,
             reply_by_ms: None,
+            spooled: None,
             gone: None,
             done: Box::new(|_| {}),
         }

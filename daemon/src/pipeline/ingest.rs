@@ -32,11 +32,32 @@ pub struct Ingest {
     pub gone: Option<Box<dyn Fn() -> bool + Send>>,
     /// Called once with the stored events, or why they were not stored.
     pub done: Done,
+    /// Set when the event comes from the spool: the agent went on without a daemon.
+    pub spooled: Option<Spooled>,
+}
+
+/// An event read back from the spool (see `crate::spool`): its tool calls have run (or were
+/// refused by a fail-closed hook), so none opens a checkpoint.
+#[derive(Debug, Clone)]
+pub struct Spooled {
+    /// When the writer got it from the agent (ms since the epoch).
+    pub received_ms: u64,
+    /// `<spool file>#<record index>`: what makes a drain exactly-once across crashes.
+    pub spool_id: String,
+    /// The writer refused the call itself (a fail-closed hook): it did not run.
+    pub denied_by_writer: bool,
 }
 
 impl Ingest {
     /// Nobody waits for this event's decision any more: the hook gave up, the call ran.
     pub(super) fn abandoned(&self) -> Option<&'static str> {
+        if let Some(s) = &self.spooled {
+            return Some(if s.denied_by_writer {
+                "no daemon could be reached; the hook refused the call (--fail-closed)"
+            } else {
+                "no daemon could be reached; the call ran unchecked and was spooled"
+            });
+        }
         if self
             .reply_by_ms
             .is_some_and(|t| crate::util::time::now_ms() > t)

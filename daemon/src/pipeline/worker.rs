@@ -21,7 +21,8 @@ use super::joins::JoinMemory;
 use super::map::map;
 use super::verdict::{request_kind, verdict};
 use crate::checkpoint::Checkpoints;
-use crate::checkpoint::policy::Policy;
+use crate::checkpoint::policy::{Call, Policy};
+use dstream_sdk::protocol::Action;
 use crate::plugins::PluginSet;
 use crate::store::Store;
 
@@ -73,6 +74,7 @@ impl Worker {
             raw,
             session_id,
             done,
+            spooled,
             ..
         } = ingest;
         // Well formed (the socket layer checked); what cannot be represented (a lone
@@ -135,9 +137,26 @@ impl Worker {
             if let Some(why) = abandoned {
                 // The call ran without a decision: say so, and open no checkpoint nobody
                 // waits for. Never recorded as if a decision had stopped it.
-                let bypassed = bypassed_event(&draft, &cause, why);
-                decided.push(draft);
-                decided.push(bypassed);
+                let rule = policy.evaluate(&call_of(&source, &draft));
+                match &spooled {
+                    Some(s) if s.denied_by_writer => {
+                        set_metadata(
+                            &mut draft,
+                            "decision",
+                            json!({"action": "deny", "reason": why, "decided_by": "hook:fail-closed"}),
+                        );
+                        decided.push(draft);
+                    }
+                    // From the spool, only a call a rule would have stopped is worth a note.
+                    Some(_) if rule.as_ref().is_none_or(|r| r.action == Action::Allow) => {
+                        decided.push(draft);
+                    }
+                    _ => {
+                        let bypassed = bypassed_event(&draft, &cause, why, rule.as_ref());
+                        decided.push(draft);
+                        decided.push(bypassed);
+                    }
+                }
                 continue;
             }
             let (verdict, follow_up) = verdict(
@@ -153,23 +172,17 @@ impl Worker {
                 &mut notes,
             );
             if let Some(d) = &verdict {
-                let meta = draft
-                    .event
-                    .entry("metadata")
-                    .or_insert_with(|| Json::Object(Map::new()));
-                if let Json::Object(m) = meta {
-                    let mut slim = json!({"action": d.action});
-                    if let Some(r) = &d.reason {
-                        slim["reason"] = json!(r);
-                    }
-                    if let Some(b) = &d.decided_by {
-                        slim["decided_by"] = json!(b);
-                    }
-                    if let Some(c) = &d.checkpoint {
-                        slim["checkpoint_id"] = json!(c.id);
-                    }
-                    m.insert("decision".into(), slim);
+                let mut slim = json!({"action": d.action});
+                if let Some(r) = &d.reason {
+                    slim["reason"] = json!(r);
                 }
+                if let Some(b) = &d.decided_by {
+                    slim["decided_by"] = json!(b);
+                }
+                if let Some(c) = &d.checkpoint {
+                    slim["checkpoint_id"] = json!(c.id);
+                }
+                set_metadata(&mut draft, "decision", slim);
             }
             decided.push(draft);
             decided.extend(follow_up);
@@ -177,6 +190,13 @@ impl Worker {
         }
         let mut drafts = decided;
         drafts.append(&mut notes);
+        if let Some(s) = &spooled {
+            for d in &mut drafts {
+                set_metadata(d, "spooled", json!(true));
+                set_metadata(d, "received_ms", json!(s.received_ms));
+                set_metadata(d, "spool_id", json!(s.spool_id));
+            }
+        }
         if !keep_raw {
             // Also what a plugin set itself; an unmapped event keeps it, being nothing else.
             for d in &mut drafts {
@@ -194,5 +214,32 @@ impl Worker {
             decision,
             done,
         );
+    }
+}
+
+/// Sets `metadata.<key>` on a draft's event (making `metadata` an object if it is not one).
+fn set_metadata(draft: &mut Draft, key: &str, value: Json) {
+    let meta = draft
+        .event
+        .entry("metadata")
+        .or_insert_with(|| Json::Object(Map::new()));
+    if !meta.is_object() {
+        *meta = Json::Object(Map::new());
+    }
+    if let Json::Object(m) = meta {
+        m.insert(key.into(), value);
+    }
+}
+
+/// The tool call a request draft describes, as policy rules see it.
+fn call_of<'a>(source: &'a str, draft: &'a Draft) -> Call<'a> {
+    let payload = draft.event.get("payload");
+    Call {
+        source,
+        tool: payload
+            .and_then(|p| p.get("tool"))
+            .and_then(Json::as_str)
+            .unwrap_or(""),
+        input: payload.and_then(|p| p.get("input")),
     }
 }

@@ -69,6 +69,7 @@ pub(super) fn stats(state: &DaemonState) -> RpcResult {
         plugins: state.pipeline.plugins().infos(),
         pending_checkpoints: state.checkpoints.pending_count() as u64,
         relay: state.relay.totals(),
+        spool: state.spool.stats(&state.config().data_dir()),
     })
 }
 

@@ -80,6 +80,41 @@ pub(super) async fn append(
 /// Longest `source` name: it also names the fallback session `<source>-unassigned`.
 const MAX_SOURCE_LEN: usize = 64;
 
+/// What an `ingest` must be to be taken (the socket's and the spool's alike): a source name,
+/// a valid session hint, an event nested no deeper than events may be.
+pub(crate) fn check_ingest(
+    source: &str,
+    session_id: Option<&str>,
+    event: &RawValue,
+) -> Result<(), RpcError> {
+    if source.is_empty()
+        || source.len() > MAX_SOURCE_LEN
+        || !source
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    {
+        return Err(RpcError::new(
+            codes::INVALID_PARAMS,
+            format!(
+                "invalid source {source:?}: 1 to {MAX_SOURCE_LEN} letters, digits, '-', '_' or '.'"
+            ),
+        ));
+    }
+    if let Some(s) = session_id {
+        check_session_id(s, "session_id")?;
+    }
+    let depth = nesting_depth(event.get().as_bytes());
+    if depth > MAX_NESTING_DEPTH {
+        return Err(RpcError::new(
+            codes::INVALID_PARAMS,
+            format!(
+                "event nests {depth} levels of arrays and objects; the limit is {MAX_NESTING_DEPTH}"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 pub(super) async fn ingest(
     state: &Arc<DaemonState>,
     caller: &Caller,
@@ -89,33 +124,7 @@ pub(super) async fn ingest(
 ) -> Result<Reply, RpcError> {
     let p: IngestParams<Box<RawValue>> = params(raw)?;
     caller.note_agent(state);
-    if p.source.is_empty()
-        || p.source.len() > MAX_SOURCE_LEN
-        || !p
-            .source
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-    {
-        return Err(RpcError::new(
-            codes::INVALID_PARAMS,
-            format!(
-                "invalid source {:?}: 1 to {MAX_SOURCE_LEN} letters, digits, '-', '_' or '.'",
-                p.source
-            ),
-        ));
-    }
-    if let Some(s) = &p.session_id {
-        check_session_id(s, "session_id")?;
-    }
-    let depth = nesting_depth(p.event.get().as_bytes());
-    if depth > MAX_NESTING_DEPTH {
-        return Err(RpcError::new(
-            codes::INVALID_PARAMS,
-            format!(
-                "event nests {depth} levels of arrays and objects; the limit is {MAX_NESTING_DEPTH}"
-            ),
-        ));
-    }
+    check_ingest(&p.source, p.session_id.as_deref(), &p.event)?;
     let permit = caller
         .in_flight
         .clone()
@@ -148,6 +157,7 @@ pub(super) async fn ingest(
             reply_by_ms: p.reply_by_ms,
             gone: Some(Box::new(move || watch.is_closed())),
             done,
+            spooled: None,
         })
         .await;
     Ok(Reply::Submitted)

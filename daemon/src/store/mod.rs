@@ -389,6 +389,16 @@ impl Store {
         list
     }
 
+    /// Every committed event stored at or after `since_ms`, to `visit` (blocking: call it
+    /// off the async workers). See [`reader::scan_since`].
+    pub fn scan_since(
+        &self,
+        since_ms: u64,
+        visit: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), StoreError> {
+        reader::scan_since(&self.sessions(), since_ms, visit)
+    }
+
     /// How many sessions have events, and how many are quarantined, in one pass.
     pub fn counts(&self) -> (u64, u64) {
         let sessions = self.inner.sessions.read().unwrap();

@@ -202,3 +202,57 @@ pub(crate) fn query(
     }
     Ok((out, false))
 }
+
+/// Calls `visit` with every committed event (its JSON, newline-terminated) stored at or after
+/// `since_ms` by the store's clock, session by session. Sessions last active before then are
+/// skipped, and within a session the first such event is found by binary search on the LSN,
+/// so the cost follows the events since then, not the history. Timestamps within a session
+/// only grow unless the clock steps back; a caller that fears that asks from a little earlier.
+pub(crate) fn scan_since(
+    sessions: &[Arc<Session>],
+    since_ms: u64,
+    visit: &mut dyn FnMut(&[u8]),
+) -> Result<(), StoreError> {
+    #[derive(Deserialize)]
+    struct Stamp {
+        timestamp: u64,
+    }
+    let mut json = Vec::new();
+    let stamp_at = |session: &Session, lsn: u64, json: &mut Vec<u8>| {
+        let page = read_range(session, lsn, session.committed_lsn(), 1, 1)?;
+        let Some(event) = page.first() else {
+            return Ok::<_, StoreError>(None);
+        };
+        json.clear();
+        event.write_to(json);
+        let ts = serde_json::from_slice::<Stamp>(json).map_or(0, |s| s.timestamp);
+        Ok(Some((event.lsn, ts)))
+    };
+    for session in sessions {
+        if session.meta().last_ts < since_ms {
+            continue;
+        }
+        let committed = session.committed_lsn();
+        // The first LSN whose event is not older than `since_ms`.
+        let (mut lo, mut hi) = (1, committed + 1);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match stamp_at(session, mid, &mut json)? {
+                Some((lsn, ts)) if ts < since_ms => lo = lsn + 1,
+                Some(_) | None => hi = mid,
+            }
+        }
+        let mut from = lo;
+        while from <= committed {
+            let page = read_range(session, from, committed, 1024, 8 << 20)?;
+            let Some(last) = page.last() else { break };
+            from = last.lsn + 1;
+            for event in &page {
+                json.clear();
+                event.write_to(&mut json);
+                visit(&json);
+            }
+        }
+    }
+    Ok(())
+}

@@ -9,13 +9,18 @@ use std::time::{Duration, Instant};
 
 use dstream_daemon::util::time::now_ms;
 
+use dstream_daemon::autostart;
+
 use super::exchange::exchange;
+use super::fallback::Fallback;
 use super::input::read_input;
 use super::outcome::{Failure, Outcome, Step};
 
 /// How long connecting to the daemon's socket may take. A local socket connects at once or
 /// fails at once; this only bounds a daemon so swamped that its accept queue is full.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long writing an event to the spool may take.
+const SPOOL_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long past a checkpoint's deadline the hook waits for the daemon's verdict before it
 /// applies the checkpoint's default itself (the daemon may be restarting).
 const CHECKPOINT_GRACE: Duration = Duration::from_secs(5);
@@ -26,12 +31,13 @@ pub(super) fn ingest_within(
     source: &'static str,
     socket: PathBuf,
     timeout: Duration,
+    fail_closed: bool,
 ) -> (Option<String>, Outcome) {
     let (tx, rx) = mpsc::channel();
     let reply_by_ms = now_ms().saturating_add(timeout.as_millis() as u64);
     let spawned = std::thread::Builder::new()
         .name("dstream-hook".into())
-        .spawn(move || work(source, socket, reply_by_ms, tx));
+        .spawn(move || work(source, socket, reply_by_ms, fail_closed, tx));
     match spawned {
         Ok(_) => watch(&rx, timeout),
         Err(e) => (None, Err(Failure::Io(e))),
@@ -69,6 +75,17 @@ fn watch(rx: &mpsc::Receiver<Step>, timeout: Duration) -> (Option<String>, Outco
                 phase = "waiting for the daemon's reply";
                 phase_deadline = deadline;
             }
+            Ok(Step::Starting) => {
+                phase = "starting the daemon";
+                phase_deadline =
+                    deadline.min(Instant::now() + autostart::wait_bound() + CONNECT_TIMEOUT);
+            }
+            // Writing a few KiB and two syncs: the agent's deadline may be spent, but a
+            // spooled event is the one thing the hook must not cut short.
+            Ok(Step::Spooling) => {
+                phase = "spooling the event";
+                phase_deadline = Instant::now() + SPOOL_TIMEOUT;
+            }
             Ok(Step::Reply(r)) => return (kind, r),
             Err(RecvTimeoutError::Timeout) => return (kind, Err(Failure::Timeout(phase))),
             Err(RecvTimeoutError::Disconnected) => {
@@ -81,10 +98,54 @@ fn watch(rx: &mpsc::Receiver<Step>, timeout: Duration) -> (Option<String>, Outco
     }
 }
 
-/// The worker: reads stdin, then asks the daemon.
-fn work(source: &'static str, socket: PathBuf, reply_by_ms: u64, tx: mpsc::Sender<Step>) {
-    let input = read_input(&mut io::stdin().lock());
+/// The worker: reads stdin, then asks the daemon; without one, starts one or spools.
+fn work(
+    source: &'static str,
+    socket: PathBuf,
+    reply_by_ms: u64,
+    fail_closed: bool,
+    tx: mpsc::Sender<Step>,
+) {
+    let mut input = read_input(&mut io::stdin().lock());
     let _ = tx.send(Step::Input(input.kind.clone()));
-    let result = exchange(source, &socket, input, reply_by_ms, &tx);
+    let mut result = exchange(source, &socket, &mut input, reply_by_ms, &tx);
+    if let Err(Failure::NotRunning(e)) = &result {
+        let fallback = Fallback::resolve(&socket);
+        if let Some(note) = &fallback.note {
+            eprintln!("dstream hook: {note}");
+        }
+        let why = if fallback.autostart() {
+            let _ = tx.send(Step::Starting);
+            match fallback.start() {
+                Ok(_) => {
+                    result = exchange(source, &socket, &mut input, reply_by_ms, &tx);
+                    None
+                }
+                Err(e) => Some(format!("no daemon, and starting one failed: {e}")),
+            }
+        } else {
+            Some(format!(
+                "the daemon is not running ({e}) and autostart is off"
+            ))
+        };
+        if let Some(why) = why {
+            let _ = tx.send(Step::Spooling);
+            // A call the hook refuses itself did not run: the spool says so.
+            let refused = fail_closed
+                && matches!(
+                    input.kind.as_deref(),
+                    Some("PreToolUse" | "PermissionRequest")
+                );
+            result = Err(
+                match fallback.spool(source, &mut input, refused.then_some("deny")) {
+                    Ok(file) => Failure::Spooled { why, file },
+                    Err(e) => Failure::Lost {
+                        why,
+                        spool: e.to_string(),
+                    },
+                },
+            );
+        }
+    }
     let _ = tx.send(Step::Reply(result));
 }

@@ -27,7 +27,7 @@ const ENVELOPE_ROOM: usize = 4096;
 pub(super) fn exchange(
     source: &str,
     socket: &std::path::Path,
-    mut input: Input,
+    input: &mut Input,
     reply_by_ms: u64,
     tx: &mpsc::Sender<Step>,
 ) -> Outcome {
@@ -35,7 +35,7 @@ pub(super) fn exchange(
     let _ = tx.send(Step::Connected);
     let session_id = input
         .session_id
-        .take()
+        .clone()
         .filter(|s| dstream_sdk::validate_session_id(s).is_ok());
     let mut altered = input.altered.is_some();
     let mut budget = DEFAULT_MAX_FRAME_BYTES - ENVELOPE_ROOM;

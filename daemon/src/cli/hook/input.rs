@@ -22,6 +22,8 @@ pub(super) struct Input {
     pub(super) session_id: Option<String>,
     /// Set when the event was changed to fit: not JSON, too big, or too deep.
     pub(super) altered: Option<String>,
+    /// When the hook got it (ms since the epoch), kept if it has to be spooled.
+    pub(super) received_ms: u64,
 }
 
 /// Reads the hook event from `reader`: at most [`MAX_INPUT_BYTES`].
@@ -88,6 +90,7 @@ pub(super) fn read_input(reader: &mut impl Read) -> Input {
                 session_id: field("session_id"),
                 event,
                 altered,
+                received_ms: dstream_daemon::util::time::now_ms(),
             }
         }
         None => {
@@ -97,6 +100,7 @@ pub(super) fn read_input(reader: &mut impl Read) -> Input {
                 session_id: sniff(&text, "session_id"),
                 event: Value::String(text),
                 altered,
+                received_ms: dstream_daemon::util::time::now_ms(),
             }
         }
     }

@@ -26,6 +26,7 @@ mod claude_code;
 mod conn;
 mod deadline;
 mod exchange;
+mod fallback;
 mod fit;
 mod input;
 mod outcome;
@@ -45,8 +46,12 @@ pub fn run(args: HookArgs) -> ExitCode {
     if let (Some(note), true) = (&note, settings.debug) {
         eprintln!("dstream hook: {note}");
     }
-    let (kind, outcome) =
-        deadline::ingest_within(settings.source, settings.socket.clone(), settings.timeout);
+    let (kind, outcome) = deadline::ingest_within(
+        settings.source,
+        settings.socket.clone(),
+        settings.timeout,
+        settings.fail_closed,
+    );
     let (answer, verdict) = claude_code::answer(kind.as_deref(), &outcome, settings.fail_closed);
     if let Some(answer) = &answer {
         let mut out = io::stdout().lock();

@@ -1,6 +1,7 @@
 //! What the worker reports to the main thread: its steps, and how asking the daemon can fail.
 
 use std::io;
+use std::path::PathBuf;
 
 use dstream_sdk::protocol::{CheckpointInfo, IngestResult, RpcError};
 
@@ -13,6 +14,10 @@ pub(super) enum Step {
     /// stdin was read: the event's kind, for answering without the daemon.
     Input(Option<String>),
     Connected,
+    /// No daemon answered: starting one.
+    Starting,
+    /// No daemon could be reached or started: writing the event to the spool.
+    Spooling,
     /// The call waits for a person: the deadlines are the checkpoint's from now on.
     Waiting(CheckpointInfo),
     Reply(Outcome),
@@ -22,6 +27,10 @@ pub(super) enum Step {
 pub(super) enum Failure {
     /// No daemon: the socket is missing or nobody listens on it.
     NotRunning(io::Error),
+    /// No daemon could be reached or started (why), and the event was spooled (where).
+    Spooled { why: String, file: PathBuf },
+    /// No daemon could be reached or started, and the event could not be spooled either.
+    Lost { why: String, spool: String },
     Io(io::Error),
     Rpc(RpcError),
     BadReply(String),
@@ -35,6 +44,12 @@ impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Failure::NotRunning(e) => write!(f, "the daemon is not running: {e}"),
+            Failure::Spooled { why, file } => {
+                write!(f, "{why}; the event is spooled in {}", file.display())
+            }
+            Failure::Lost { why, spool } => {
+                write!(f, "{why}; the event could NOT be spooled: {spool}")
+            }
             Failure::Io(e) => write!(f, "talking to the daemon failed: {e}"),
             Failure::Rpc(e) => write!(f, "the daemon refused the event: {e}"),
             Failure::BadReply(m) => write!(f, "the daemon's reply was not understood: {m}"),
