@@ -274,8 +274,7 @@ fn cloexec_from_3() {
     {
         const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
         // SAFETY: a plain syscall on descriptor numbers.
-        if unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC) }
-            == 0
+        if unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC) } == 0
         {
             return;
         }

@@ -484,7 +484,11 @@ impl Config {
         if let Some(socket) = flags.socket.clone().or_else(|| env_path("DSTREAM_SOCKET")) {
             config.daemon.socket = socket;
         }
-        if let Some(dir) = flags.data_dir.clone().or_else(|| env_path("DSTREAM_DATA_DIR")) {
+        if let Some(dir) = flags
+            .data_dir
+            .clone()
+            .or_else(|| env_path("DSTREAM_DATA_DIR"))
+        {
             config.daemon.data_dir = dir;
         }
         Ok(config)

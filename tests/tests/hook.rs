@@ -271,7 +271,13 @@ fn without_a_daemon_and_autostart_the_hook_spools_prints_nothing_and_exits_at_on
     }
     let spooled = std::fs::read_dir(dstream_tests::data_dir_for(&missing).join("spool"))
         .unwrap()
-        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".jsonl"))
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".jsonl")
+        })
         .count();
     assert_eq!(spooled, 5, "each run spooled its event");
     // A socket file nobody listens on (a daemon that died): refused, just as quiet and quick.

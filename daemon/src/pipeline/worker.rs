@@ -22,9 +22,9 @@ use super::map::map;
 use super::verdict::{request_kind, verdict};
 use crate::checkpoint::Checkpoints;
 use crate::checkpoint::policy::{Call, Policy};
-use dstream_sdk::protocol::Action;
 use crate::plugins::PluginSet;
 use crate::store::Store;
+use dstream_sdk::protocol::Action;
 
 /// The pipeline thread's state.
 pub(super) struct Worker {

@@ -17,7 +17,10 @@ pub(crate) enum Next {
         record: SpoolRecord<Box<RawValue>>,
     },
     /// The file cannot be read from `offset` on, because of `why`.
-    Damage { offset: u64, why: String },
+    Damage {
+        offset: u64,
+        why: String,
+    },
     End,
 }
 

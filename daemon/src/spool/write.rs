@@ -120,8 +120,8 @@ impl SpoolWriter {
         {
             return Err(io_err("creating the spool folder")(e));
         }
-        let meta = std::fs::symlink_metadata(&self.dir)
-            .map_err(io_err("checking the spool folder"))?;
+        let meta =
+            std::fs::symlink_metadata(&self.dir).map_err(io_err("checking the spool folder"))?;
         let unsafe_dir = |why: String| SpoolError::Unsafe {
             dir: self.dir.clone(),
             why,

@@ -28,9 +28,15 @@ pub(super) enum Failure {
     /// No daemon: the socket is missing or nobody listens on it.
     NotRunning(io::Error),
     /// No daemon could be reached or started (why), and the event was spooled (where).
-    Spooled { why: String, file: PathBuf },
+    Spooled {
+        why: String,
+        file: PathBuf,
+    },
     /// No daemon could be reached or started, and the event could not be spooled either.
-    Lost { why: String, spool: String },
+    Lost {
+        why: String,
+        spool: String,
+    },
     Io(io::Error),
     Rpc(RpcError),
     BadReply(String),
