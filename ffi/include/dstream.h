@@ -71,6 +71,17 @@ size_t ds_last_error(char *buf, size_t cap);
 // `socket_path` is NULL or a NUL-terminated string; `out` points to a writable pointer.
 ds_result ds_client_connect(const char *socket_path, ds_client **out);
 
+// Like `ds_client_connect`, but when no daemon answers it starts one first with
+// `dstream start --auto` (unless autostart is off), run from `dstream_program` (NULL:
+// `$DSTREAM_BIN`, else `dstream` on `PATH`). Blocks for a few seconds at most.
+//
+// # Safety
+// `socket_path` and `dstream_program` are NULL or NUL-terminated strings; `out` points to a
+// writable pointer.
+ds_result ds_client_connect_or_start(const char *socket_path,
+                                     const char *dstream_program,
+                                     ds_client **out);
+
 // Any method: `params_json` (NULL for none) in, the result as JSON out.
 //
 // # Safety

@@ -92,5 +92,12 @@ export interface Client {
   close(): void;
 }
 
-export function connect(socketPath?: string | null): Client;
+/** Options of `connect`. */
+export interface ConnectOptions {
+  /** Start a daemon (`dstream start --auto`) when none answers. */
+  autostart?: boolean;
+  /** The dstream program to start it with (default: $DSTREAM_BIN, else `dstream` on PATH). */
+  program?: string | null;
+}
+export function connect(socketPath?: string | null, options?: ConnectOptions): Client;
 export function version(): string;

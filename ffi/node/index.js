@@ -36,6 +36,9 @@ const ffi = {
   version: lib.func("const char *ds_version(void)"),
   lastError: lib.func("size_t ds_last_error(_Out_ uint8_t *buf, size_t cap)"),
   connect: lib.func("uint32_t ds_client_connect(const char *socket_path, _Out_ ds_client **out)"),
+  connectOrStart: lib.func(
+    "uint32_t ds_client_connect_or_start(const char *socket_path, const char *dstream_program, _Out_ ds_client **out)",
+  ),
   call: lib.func("uint32_t ds_client_call(ds_client *c, const char *method, const char *params, _Out_ void **out)"),
   append: lib.func("uint32_t ds_append(ds_client *c, const char *session, const char *event, _Out_ uint64_t *lsn)"),
   ingest: lib.func("uint32_t ds_ingest(ds_client *c, const char *source, const char *raw, _Out_ void **out)"),
@@ -191,10 +194,15 @@ class DstreamClient {
   }
 }
 
-/** Connects to the daemon at `socketPath` (default: $DSTREAM_SOCKET, else the usual path). */
-export function connect(socketPath = null) {
+/**
+ * Connects to the daemon at `socketPath` (default: $DSTREAM_SOCKET, else the usual path).
+ * With `{autostart: true}`, a daemon is started first when none answers (`dstream start
+ * --auto`, run from `program`, else $DSTREAM_BIN, else `dstream` on PATH); this blocks for a
+ * few seconds at most.
+ */
+export function connect(socketPath = null, { autostart = false, program = null } = {}) {
   const out = [null];
-  check(ffi.connect(socketPath, out));
+  check(autostart ? ffi.connectOrStart(socketPath, program, out) : ffi.connect(socketPath, out));
   return new DstreamClient(out[0]);
 }
 

@@ -112,7 +112,9 @@ fn boundary(body: impl FnOnce() -> Result<(), Failure>) -> ds_result {
 
 fn sdk_failure(e: Error) -> Failure {
     let code = match &e {
-        Error::NotRunning { .. } | Error::PermissionDenied { .. } => ds_result::DS_ERR_CONNECT,
+        Error::NotRunning { .. } | Error::PermissionDenied { .. } | Error::NotStarted { .. } => {
+            ds_result::DS_ERR_CONNECT
+        }
         Error::Rpc(_) => ds_result::DS_ERR_RPC,
         Error::Io(_) | Error::Closed | Error::SubscriptionFailed(_) => ds_result::DS_ERR_CLOSED,
         Error::Protocol(_) => ds_result::DS_ERR_INTERNAL,
@@ -214,7 +216,48 @@ pub unsafe extern "C" fn ds_client_connect(
     socket_path: *const c_char,
     out: *mut *mut ds_client,
 ) -> ds_result {
+    // SAFETY: the caller's contract, passed on.
+    boundary(|| unsafe { connect_with(socket_path, None, out) })
+}
+
+/// Like `ds_client_connect`, but when no daemon answers it starts one first with
+/// `dstream start --auto` (unless autostart is off), run from `dstream_program` (NULL:
+/// `$DSTREAM_BIN`, else `dstream` on `PATH`). Blocks for a few seconds at most.
+///
+/// # Safety
+/// `socket_path` and `dstream_program` are NULL or NUL-terminated strings; `out` points to a
+/// writable pointer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ds_client_connect_or_start(
+    socket_path: *const c_char,
+    dstream_program: *const c_char,
+    out: *mut *mut ds_client,
+) -> ds_result {
     boundary(|| {
+        let program = if dstream_program.is_null() {
+            None
+        } else {
+            // SAFETY: the caller's contract.
+            Some(std::path::PathBuf::from(unsafe {
+                text(dstream_program, "dstream_program")
+            }?))
+        };
+        // SAFETY: the caller's contract, passed on.
+        unsafe { connect_with(socket_path, Some(program), out) }
+    })
+}
+
+/// Connects, starting a daemon first (with the program given, or the default one) when
+/// `start` is set.
+///
+/// # Safety
+/// As `ds_client_connect`.
+unsafe fn connect_with(
+    socket_path: *const c_char,
+    start: Option<Option<std::path::PathBuf>>,
+    out: *mut *mut ds_client,
+) -> Result<(), Failure> {
+    {
         if out.is_null() {
             return Err((ds_result::DS_ERR_NULL, "out is NULL".into()));
         }
@@ -237,9 +280,11 @@ pub unsafe extern "C" fn ds_client_connect(
                     format!("cannot start the client's runtime: {e}"),
                 )
             })?;
-        let client = runtime
-            .block_on(Client::connect(&path))
-            .map_err(sdk_failure)?;
+        let client = match &start {
+            None => runtime.block_on(Client::connect(&path)),
+            Some(program) => runtime.block_on(Client::connect_or_start(&path, program.as_deref())),
+        }
+        .map_err(sdk_failure)?;
         let c = Box::new(ds_client {
             runtime,
             client,
@@ -249,7 +294,7 @@ pub unsafe extern "C" fn ds_client_connect(
         // SAFETY: checked non-NULL above.
         unsafe { *out = Box::into_raw(c) };
         Ok(())
-    })
+    }
 }
 
 /// Any method: `params_json` (NULL for none) in, the result as JSON out.

@@ -29,6 +29,16 @@ impl Client {
         Ok(Client { runtime, inner })
     }
 
+    /// [`crate::Client::connect_or_start`], blocking.
+    pub fn connect_or_start(
+        path: impl AsRef<Path>,
+        dstream: Option<&Path>,
+    ) -> Result<Client, Error> {
+        let runtime = runtime()?;
+        let inner = runtime.block_on(crate::Client::connect_or_start(path, dstream))?;
+        Ok(Client { runtime, inner })
+    }
+
     pub fn connect_default() -> Result<Client, Error> {
         Client::connect(crate::socket::default_socket_path())
     }

@@ -47,6 +47,12 @@ pub enum Error {
     Protocol(String),
     #[error("the connection to the daemon closed")]
     Closed,
+    /// No daemon answered and none could be started.
+    #[error("no dstream daemon is running at {} and none could be started: {cause}", path.display())]
+    NotStarted {
+        path: PathBuf,
+        cause: crate::autostart::StartError,
+    },
 }
 
 impl From<io::Error> for Error {
@@ -145,6 +151,32 @@ impl Client {
         tokio::spawn(write_loop(stream.clone(), outgoing_rx));
         tokio::spawn(read_loop(stream, shared.clone()));
         Ok(Client { shared })
+    }
+
+    /// Connects to the daemon at `path`, starting one first if none answers (see
+    /// [`crate::autostart`]); `dstream` is the program to start it with (default:
+    /// `$DSTREAM_BIN`, else `dstream` on `PATH`).
+    pub async fn connect_or_start(
+        path: impl AsRef<Path>,
+        dstream: Option<&Path>,
+    ) -> Result<Client, Error> {
+        let path = path.as_ref();
+        match Client::connect(path).await {
+            Err(Error::NotRunning { .. }) => {
+                let (socket, program) = (path.to_path_buf(), dstream.map(Path::to_path_buf));
+                tokio::task::spawn_blocking(move || {
+                    crate::autostart::start_daemon(program.as_deref(), &socket)
+                })
+                .await
+                .map_err(|e| Error::Io(io::Error::other(e)))?
+                .map_err(|cause| Error::NotStarted {
+                    path: path.into(),
+                    cause,
+                })?;
+                Client::connect(path).await
+            }
+            other => other,
+        }
     }
 
     /// Sends any method with any params and returns the raw result.

@@ -7,6 +7,7 @@
 //! - [`Client`]: an async (tokio) client over the daemon's local socket.
 //! - [`blocking::Client`]: the same API for synchronous callers.
 //! - [`socket`]: where the daemon's socket lives by default.
+//! - [`autostart`]: starting a daemon when none answers, for callers that ask for it.
 //!
 //! The repository's README describes the daemon, its configuration and the protocol.
 //!
@@ -20,6 +21,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod autostart;
 pub mod blocking;
 mod client;
 pub mod event;

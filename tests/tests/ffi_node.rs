@@ -55,6 +55,7 @@ fn the_node_package_passes_its_suite_against_a_real_daemon() {
         .current_dir(&dir)
         .envs(dstream_tests::client_env(d.socket()))
         .env("DSTREAM_FFI_LIB", &lib)
+        .env("DSTREAM_BIN", dstream_tests::daemon_bin())
         .output()
         .unwrap();
     let report = String::from_utf8_lossy(&out.stdout);

@@ -74,3 +74,25 @@ test("errors carry the library's code and message", () => {
   c.close();
   assert.throws(() => c.append("s", { type: "t" }), (e) => e.code === "closed");
 });
+
+test("with autostart, connect starts a daemon when none answers", async () => {
+  const { mkdtempSync, readFileSync } = await import("node:fs");
+  const { tmpdir } = await import("node:os");
+  const { join } = await import("node:path");
+  const dir = mkdtempSync(join(tmpdir(), "dstream-node-autostart-"));
+  const lonely = join(dir, "run", "dstream.sock");
+  // The started daemon's own data directory (the test's daemon holds the usual one).
+  process.env.DSTREAM_DATA_DIR = join(dir, "data");
+  delete process.env.DSTREAM_AUTOSTART;
+  assert.throws(() => connect(lonely), (e) => e.code === "connect");
+  process.env.DSTREAM_AUTOSTART = "0";
+  assert.throws(() => connect(lonely, { autostart: true }), (e) => e.code === "connect" && /autostart is off/.test(e.message));
+  delete process.env.DSTREAM_AUTOSTART;
+  const c = connect(lonely, { autostart: true, program: process.env.DSTREAM_BIN });
+  try {
+    assert.equal(c.append("node-autostart", { type: "t" }), 1);
+  } finally {
+    c.close();
+    process.kill(Number(readFileSync(join(dir, "data", "LOCK"), "utf8")), "SIGTERM");
+  }
+});
