@@ -409,3 +409,108 @@ fn status_reports_installed_and_a_running_daemon() {
     assert!(out.contains("installed: yes"), "{out}");
     assert!(out.contains("running:   no"), "{out}");
 }
+
+/// A `systemctl` first on PATH that logs its arguments and answers as a user manager would;
+/// `FAKE_SYSTEMCTL_FAIL=<verb>` makes that verb fail.
+#[cfg(target_os = "linux")]
+fn fake_systemctl(home: &Home) -> (String, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = home.path("fake bin");
+    fs::create_dir_all(&dir).unwrap();
+    let log = home.path("systemctl.log");
+    let script = dir.join("systemctl");
+    fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n\
+             echo \"$*\" >> '{}'\n\
+             if [ \"$2\" = \"$FAKE_SYSTEMCTL_FAIL\" ]; then echo \"Failed to $2 unit: boom\" >&2; exit 1; fi\n\
+             case \"$2\" in is-enabled) echo enabled ;; is-active) echo active ;; esac\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    (path, log)
+}
+
+/// The calls the fake `systemctl` logged since the last look, and forgets them.
+#[cfg(target_os = "linux")]
+fn calls(log: &Path) -> Vec<String> {
+    let text = fs::read_to_string(log).unwrap_or_default();
+    let _ = fs::remove_file(log);
+    text.lines().map(str::to_owned).collect()
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn with_a_user_manager_install_enables_and_uninstall_disables() {
+    let home = Home::new();
+    let (path, log) = fake_systemctl(&home);
+    let run = |args: &[&str], fail: &str| {
+        output_within(
+            home.command(&home.bin)
+                .args(args)
+                .env("PATH", &path)
+                .env("FAKE_SYSTEMCTL_FAIL", fail),
+            TIMEOUT,
+        )
+    };
+    let out = ok(&run(&["service", "install"], ""));
+    assert!(out.contains("enabled and started dstream.service"), "{out}");
+    assert_eq!(
+        calls(&log),
+        [
+            "--user show-environment",
+            "--user daemon-reload",
+            "--user enable --now dstream.service"
+        ]
+    );
+    // Rewritten with another command line: restarted, so the new one is in force.
+    ok(&run(&["service", "install", "--socket", "/tmp/x.sock"], ""));
+    assert_eq!(
+        calls(&log)[1..],
+        [
+            "--user daemon-reload",
+            "--user enable dstream.service",
+            "--user restart dstream.service"
+        ]
+    );
+    // The manager's answers win over the socket (no daemon listens on it here).
+    let out = ok(&run(&["service", "status", "--json"], ""));
+    let status: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(status["enabled"], json!(true));
+    assert_eq!(status["running"], json!(true));
+    calls(&log);
+
+    let out = ok(&run(&["service", "uninstall"], ""));
+    assert!(
+        out.contains("stopped and disabled dstream.service"),
+        "{out}"
+    );
+    assert!(!home.unit_path().exists());
+    let seen = calls(&log);
+    assert!(
+        seen.contains(&"--user disable --now dstream.service".to_owned()),
+        "{seen:?}"
+    );
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("--user daemon-reload")
+    );
+
+    // A failing step fails the command, names the step, and leaves the unit written.
+    let out = run(&["service", "install"], "enable");
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("systemctl --user enable --now dstream.service") && err.contains("boom"),
+        "{err}"
+    );
+    assert!(home.unit_path().exists());
+}
