@@ -10,6 +10,7 @@ mod install;
 mod output;
 mod plugins_cmd;
 mod relay_cmd;
+mod service;
 mod start;
 
 use std::path::PathBuf;
@@ -68,6 +69,8 @@ enum Command {
     Install(install::InstallArgs),
     /// Remove what `dstream install` added, and nothing else.
     Uninstall(install::UninstallArgs),
+    /// Run the daemon at login: a systemd user unit or a launchd agent.
+    Service(service::ServiceArgs),
 }
 
 #[derive(Args)]
@@ -125,6 +128,7 @@ pub fn main() -> ExitCode {
         Command::Relay(args) => relay_cmd::run(args),
         Command::Install(args) => install::install(args),
         Command::Uninstall(args) => install::uninstall(args),
+        Command::Service(args) => service::run(args),
     };
     match result {
         Ok(code) => code,
