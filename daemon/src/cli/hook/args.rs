@@ -79,9 +79,12 @@ and answers on stdout in Claude Code's format:
   no decision, any other event -> nothing: Claude Code goes on as it normally would
   remote stop        deny, with `continue: false` (Claude Code ends its turn)
 
-It always exits 0. If the daemon is not running, answers with an error, or takes longer than
-the deadline, the hook prints nothing (fails open) unless --fail-closed is given, in which case
-it denies tool calls and says why.
+It always exits 0. If no daemon is running, the hook starts one in the background (waiting
+at most DSTREAM_AUTOSTART_WAIT_MS, 2000 by default) and sends it the event; if autostart is off
+or the start fails, it writes the event to the spool (<data_dir>/spool/), synced before it
+exits, and the daemon takes it in when it next runs. If the daemon answers with an error or
+takes longer than the deadline, or had to be bypassed, the hook prints nothing (fails open)
+unless --fail-closed is given, in which case it denies tool calls and says why.
 
 Input that is not JSON is sent as a JSON string holding the text (stored, never mapped); an
 event too big for one frame has its longest strings cut (marked `[dstream: N bytes cut]`), and
@@ -91,6 +94,9 @@ Environment:
   DSTREAM_SOCKET              the daemon's socket (--socket wins)
   DSTREAM_HOOK_TIMEOUT_MS     deadline for the whole exchange, in ms [default: 30000, at most 3600000]
   DSTREAM_HOOK_FAIL_CLOSED=1  same as --fail-closed
+  DSTREAM_AUTOSTART=0         never start a daemon (spool instead); also `[daemon] autostart`
+  DSTREAM_AUTOSTART_WAIT_MS   how long to wait for a started daemon [default: 2000, at most 30000]
+  DSTREAM_DATA_DIR, DSTREAM_CONFIG  where the spool is and the config the daemon is started with
   DSTREAM_HOOK_DEBUG=1        one line on stderr about every run (Claude Code shows hook
                               stderr only in its verbose mode)";
 

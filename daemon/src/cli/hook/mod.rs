@@ -9,15 +9,20 @@
 //!   keeps the deadlines (see [`deadline`]): one second to connect, `DSTREAM_HOOK_TIMEOUT_MS`
 //!   for the whole exchange. When one passes, the hook answers without the daemon and exits;
 //!   the worker is simply dropped with the process.
-//! - Without the daemon (no socket, refused, an error reply, a deadline) it fails open: it
-//!   prints nothing and exits 0, so the agent carries on as if dstream were not installed.
-//!   With `--fail-closed` it denies tool calls instead.
+//! - Without a daemon (no socket, or nobody listening) it starts one (see
+//!   `dstream_daemon::autostart`, at most `DSTREAM_AUTOSTART_WAIT_MS`, 2 s by default) and
+//!   sends the event to it; if autostart is off or the start fails, it writes the event to the
+//!   spool in the data directory, durably, for the daemon to take in when it runs ([`fallback`]).
+//!   Either way the session stays complete in dstream. The agent's call is then let through
+//!   (fail open), or with `--fail-closed` denied (and the spooled event says so).
+//! - Other failures (an error reply, a deadline) fail open, or closed with `--fail-closed`.
 //! - It always exits 0. Claude Code treats exit code 2 as "block", which must only ever be a
 //!   decision, never an accident.
 //!
 //! The parts, in the order a run uses them: [`args`] (what the hook is told), [`input`] (the
 //! event from stdin), [`deadline`] (the worker and the main thread's deadlines), [`exchange`]
-//! (the requests, over [`conn`], with the event cut by [`fit`]), [`outcome`] (what the worker
+//! (the requests, over [`conn`], with the event cut by [`fit`]), [`fallback`] (no daemon:
+//! start one or spool), [`outcome`] (what the worker
 //! reports), [`verdict`] (what the outcome means for the call) and [`claude_code`] (the reply
 //! printed for Claude Code).
 
