@@ -4,7 +4,9 @@
 
 use serde_json::value::RawValue;
 
-use dstream_sdk::protocol::IngestResult;
+use dstream_sdk::RpcError;
+use dstream_sdk::event::MAX_NESTING_DEPTH;
+use dstream_sdk::protocol::{IngestResult, codes};
 
 use crate::store::StoreError;
 
@@ -69,4 +71,47 @@ impl Ingest {
             None
         }
     }
+}
+
+/// Longest `source` name: it also names the fallback session `<source>-unassigned`.
+const MAX_SOURCE_LEN: usize = 64;
+
+/// What an ingest must be to be taken (from the socket or the spool alike): a source name, a
+/// valid session hint, an event nested no deeper than events may be.
+pub fn check_ingest(
+    source: &str,
+    session_id: Option<&str>,
+    event: &RawValue,
+) -> Result<(), RpcError> {
+    if source.is_empty()
+        || source.len() > MAX_SOURCE_LEN
+        || !source
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    {
+        return Err(RpcError::new(
+            codes::INVALID_PARAMS,
+            format!(
+                "invalid source {source:?}: 1 to {MAX_SOURCE_LEN} letters, digits, '-', '_' or '.'"
+            ),
+        ));
+    }
+    if let Some(id) = session_id {
+        dstream_sdk::validate_session_id(id).map_err(|e| {
+            RpcError::new(
+                codes::INVALID_SESSION_ID,
+                format!("invalid session_id {id:?}: {e}"),
+            )
+        })?;
+    }
+    let depth = crate::jsonscan::nesting_depth(event.get().as_bytes());
+    if depth > MAX_NESTING_DEPTH {
+        return Err(RpcError::new(
+            codes::INVALID_PARAMS,
+            format!(
+                "event nests {depth} levels of arrays and objects; the limit is {MAX_NESTING_DEPTH}"
+            ),
+        ));
+    }
+    Ok(())
 }

@@ -43,4 +43,4 @@ mod verdict;
 mod worker;
 
 pub use handle::Pipeline;
-pub use ingest::{Done, Ingest, IngestError, Spooled};
+pub use ingest::{Done, Ingest, IngestError, Spooled, check_ingest};

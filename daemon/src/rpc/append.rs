@@ -12,7 +12,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use super::caller::Caller;
 use super::wire::{Reply, check_session_id, params, reply_frame, store_error, to_json};
 use crate::jsonscan::nesting_depth;
-use crate::pipeline::{Ingest, IngestError};
+use crate::pipeline::{Ingest, IngestError, check_ingest};
 use crate::state::DaemonState;
 use crate::store::Ack;
 
@@ -75,44 +75,6 @@ pub(super) async fn append(
     let must_sync = p.event.event_type.starts_with("checkpoint.");
     state.store.append(&p.session_id, p.event, must_sync, ack);
     Ok(Reply::Submitted)
-}
-
-/// Longest `source` name: it also names the fallback session `<source>-unassigned`.
-const MAX_SOURCE_LEN: usize = 64;
-
-/// What an `ingest` must be to be taken (the socket's and the spool's alike): a source name,
-/// a valid session hint, an event nested no deeper than events may be.
-pub(crate) fn check_ingest(
-    source: &str,
-    session_id: Option<&str>,
-    event: &RawValue,
-) -> Result<(), RpcError> {
-    if source.is_empty()
-        || source.len() > MAX_SOURCE_LEN
-        || !source
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-    {
-        return Err(RpcError::new(
-            codes::INVALID_PARAMS,
-            format!(
-                "invalid source {source:?}: 1 to {MAX_SOURCE_LEN} letters, digits, '-', '_' or '.'"
-            ),
-        ));
-    }
-    if let Some(s) = session_id {
-        check_session_id(s, "session_id")?;
-    }
-    let depth = nesting_depth(event.get().as_bytes());
-    if depth > MAX_NESTING_DEPTH {
-        return Err(RpcError::new(
-            codes::INVALID_PARAMS,
-            format!(
-                "event nests {depth} levels of arrays and objects; the limit is {MAX_NESTING_DEPTH}"
-            ),
-        ));
-    }
-    Ok(())
 }
 
 pub(super) async fn ingest(

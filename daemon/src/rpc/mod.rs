@@ -13,7 +13,6 @@ mod sessions;
 mod storable;
 mod wire;
 
-pub(crate) use append::check_ingest;
 pub use caller::Caller;
 pub use dispatch::dispatch;
 pub use sessions::subscribed;

@@ -24,7 +24,7 @@ use super::read::{Next, SpoolFile};
 use super::write::sync_dir;
 use super::{DAMAGED_DIR, SpoolRecord, is_part_name, is_pending_name, overflow, spool_dir};
 use crate::component::{Component, Stopping};
-use crate::pipeline::{Ingest, IngestError, Pipeline, Spooled};
+use crate::pipeline::{Ingest, IngestError, Pipeline, Spooled, check_ingest};
 use crate::store::{NewEventRaw, Store};
 use crate::util::time::now_ms;
 
@@ -329,8 +329,7 @@ impl Drainer {
             let spool_id = journal::spool_id(name, index);
             let mut session_id = record.session_id;
             let mut event = record.event;
-            if let Err(e) = crate::rpc::check_ingest(&record.source, session_id.as_deref(), &event)
-            {
+            if let Err(e) = check_ingest(&record.source, session_id.as_deref(), &event) {
                 // Kept rather than dropped: a bad hint is forgotten, a too-deep event is
                 // stored as its text. A bad source cannot be stored at all: set aside.
                 if session_id
@@ -339,11 +338,11 @@ impl Drainer {
                 {
                     session_id = None;
                 }
-                if crate::rpc::check_ingest(&record.source, None, &event).is_err() {
+                if check_ingest(&record.source, None, &event).is_err() {
                     let text = serde_json::to_string(event.get()).unwrap_or_default();
                     event = RawValue::from_string(text).expect("a JSON string is JSON");
                 }
-                if crate::rpc::check_ingest(&record.source, None, &event).is_err() {
+                if check_ingest(&record.source, None, &event).is_err() {
                     self.set_aside(name, index, &e.message);
                     continue;
                 }
@@ -438,7 +437,7 @@ impl Drainer {
             }
         }
         if all_reported {
-            let _ = std::fs::remove_file(self.dir.join(super::OVERFLOW_FILE));
+            let _ = std::fs::remove_file(self.dir.join(overflow::OVERFLOW_FILE));
             let _ = sync_dir(&self.dir);
         }
     }

@@ -29,8 +29,7 @@ pub fn spool_dir(data_dir: &Path) -> PathBuf {
     data_dir.join("spool")
 }
 
-/// Lines about events lost because the spool was full.
-pub const OVERFLOW_FILE: &str = "overflow.jsonl";
+pub use overflow::OVERFLOW_FILE;
 /// Where unreadable parts of spool files are moved.
 pub const DAMAGED_DIR: &str = "damaged";
 /// The version of [`SpoolRecord`] this build writes and reads.

@@ -7,7 +7,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::OVERFLOW_FILE;
+/// Lines about events lost because the spool was full.
+pub const OVERFLOW_FILE: &str = "overflow.jsonl";
 
 /// One lost event.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 
-use super::{OVERFLOW_FILE, SpoolRecord, is_part_name, is_pending_name, overflow, spool_dir};
+use super::overflow::{self, OVERFLOW_FILE};
+use super::{SpoolRecord, is_part_name, is_pending_name, spool_dir};
 
 /// Lines about lost events are kept up to this size; past it only stderr says so.
 const MAX_OVERFLOW_FILE_BYTES: u64 = 1 << 20;
