@@ -4,6 +4,7 @@ mod checkpoint_cmds;
 mod client;
 mod client_cmds;
 mod daemon_cmd;
+mod doctor;
 mod hook;
 mod inbox;
 mod install;
@@ -65,6 +66,8 @@ enum Command {
     Install(install::InstallArgs),
     /// Remove what `dstream install` added, and nothing else.
     Uninstall(install::UninstallArgs),
+    /// Check that dstream is set up and running, and say how to fix what is not.
+    Doctor(doctor::DoctorArgs),
 }
 
 #[derive(Args)]
@@ -121,6 +124,7 @@ pub fn main() -> ExitCode {
         Command::Relay(args) => relay_cmd::run(args),
         Command::Install(args) => install::install(args),
         Command::Uninstall(args) => install::uninstall(args),
+        Command::Doctor(args) => doctor::run(args),
     };
     match result {
         Ok(code) => code,
