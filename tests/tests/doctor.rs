@@ -321,3 +321,72 @@ fn a_spool_backlog_with_the_daemon_down_and_lost_events_fail() {
     assert_eq!(damaged[0]["status"], "warn");
     assert!(detail(damaged[0]).contains(spool.join("damaged").to_str().unwrap()));
 }
+
+#[test]
+fn a_relay_that_cannot_run_fails_and_a_server_that_is_down_warns() {
+    use std::os::unix::fs::PermissionsExt;
+    // Nothing listens on port 9 (discard) here: the relay backs off.
+    let config = |extra: &str| {
+        format!(
+            "[relay]\nurl = \"http://127.0.0.1:9/v1/stream\"\nprefix = \"p\"\nretry_min_ms = 60000\nretry_max_ms = 60000\n{extra}\n"
+        )
+    };
+    let mut daemon = Daemon::new(Some(&config("")));
+    let home = daemon.dir().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    daemon.set_env("HOME", home.to_str().unwrap());
+    let token = daemon.dir().join("token");
+    std::fs::write(&token, "t\n").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::write(
+        daemon.config_path().unwrap(),
+        config(&format!("token_file = \"{}\"", token.display())),
+    )
+    .unwrap();
+    let mut m = Machine { daemon };
+    m.daemon.restart();
+    m.install_claude_code();
+    let (code, report) = m.doctor();
+    assert_eq!(code, 1);
+    let c = failed(&report, "relay");
+    assert!(
+        detail(c).contains(token.to_str().unwrap()) && detail(c).contains("0644"),
+        "{c}"
+    );
+    assert!(fix(c).contains("dstream relay retry"), "{c}");
+    // Fixed: the relay runs, and a session it cannot deliver is a warning, not a failure.
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = output_within(
+        &mut m.dstream(&[
+            "relay",
+            "retry",
+            "--socket",
+            m.daemon.socket().to_str().unwrap(),
+        ]),
+        TIMEOUT,
+    );
+    assert!(out.status.success(), "{out:?}");
+    m.daemon
+        .client()
+        .append("s1", "user.input", serde_json::json!({"text": "hi"}));
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    let report = loop {
+        let (code, report) = m.doctor();
+        let relay = checks(&report, "relay");
+        if relay.iter().any(|c| c["status"] == "warn") {
+            assert_eq!(code, 0, "{report:#}");
+            break report;
+        }
+        assert!(std::time::Instant::now() < deadline, "{report:#}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let c = checks(&report, "relay")
+        .into_iter()
+        .find(|c| c["status"] == "warn")
+        .unwrap();
+    assert!(
+        detail(c).contains("s1") && detail(c).contains("backing_off"),
+        "{c}"
+    );
+    assert_eq!(fix(c), "dstream relay retry");
+}

@@ -13,6 +13,8 @@ use super::{Check, Context, VERSION, service};
 
 /// How long one question to the daemon may take: a daemon that is up answers in milliseconds.
 const ASK_TIMEOUT: Duration = Duration::from_secs(3);
+/// Stuck relay streams reported one by one; more are counted.
+const MAX_STREAM_LINES: usize = 5;
 
 /// The daemon's answers, asked once.
 pub struct Answers {
@@ -259,23 +261,37 @@ pub fn relay(cx: &Context) -> Vec<Check> {
         )];
     }
     let mut out = Vec::new();
-    for s in &status.streams {
-        if matches!(s.state.as_str(), "failed" | "backing_off") {
-            out.push(Check::warn(
-                "relay",
-                format!(
-                    "session {} is {} ({} events behind){}",
-                    s.session_id,
-                    s.state,
-                    s.lag,
-                    s.reason
-                        .as_deref()
-                        .map(|r| format!(": {r}"))
-                        .unwrap_or_default()
-                ),
-                "dstream relay retry",
-            ));
-        }
+    let stuck: Vec<_> = status
+        .streams
+        .iter()
+        .filter(|s| matches!(s.state.as_str(), "failed" | "backing_off"))
+        .collect();
+    // A server that is down holds every stream: a few lines say so, the rest is a count.
+    for s in stuck.iter().take(MAX_STREAM_LINES) {
+        out.push(Check::warn(
+            "relay",
+            format!(
+                "session {} is {} ({} events behind){}",
+                s.session_id,
+                s.state,
+                s.lag,
+                s.reason
+                    .as_deref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
+            ),
+            "dstream relay retry",
+        ));
+    }
+    if stuck.len() > MAX_STREAM_LINES {
+        out.push(Check::warn(
+            "relay",
+            format!(
+                "{} more sessions are failed or backing off (dstream relay status lists them)",
+                stuck.len() - MAX_STREAM_LINES
+            ),
+            "dstream relay retry",
+        ));
     }
     if out.is_empty() {
         out.push(Check::ok(
