@@ -197,6 +197,8 @@ pub struct RelayConfig {
     pub url: String,
     pub prefix: String,
     pub token_env: String,
+    /// A file holding the bearer token (owner-only), instead of `token_env`.
+    pub token_file: PathBuf,
     pub sessions: String,
     pub batch_max_events: usize,
     pub batch_max_bytes: usize,
@@ -206,6 +208,8 @@ pub struct RelayConfig {
     pub max_parallel_streams: usize,
     pub close_on_session_end: bool,
     pub approval_key_env: String,
+    /// A file holding the approval key (owner-only), instead of `approval_key_env`.
+    pub approval_key_file: PathBuf,
     pub approval_key_id: String,
     pub approval_max_age_ms: u64,
     pub max_page_bytes: usize,
@@ -567,6 +571,36 @@ impl Config {
         if r.approval_key_id.is_empty() || r.approval_key_id.contains(char::is_whitespace) {
             return bad("approval_key_id", "must be a non-empty word".into());
         }
+        // A secret comes from one place: with both, which one wins would be a guess.
+        for (env_key, env, file_key, file) in [
+            ("token_env", &r.token_env, "token_file", &r.token_file),
+            (
+                "approval_key_env",
+                &r.approval_key_env,
+                "approval_key_file",
+                &r.approval_key_file,
+            ),
+        ] {
+            if file.as_os_str().is_empty() {
+                continue;
+            }
+            if !env.is_empty() {
+                return bad(
+                    file_key,
+                    format!("set relay.{env_key} or relay.{file_key}, not both"),
+                );
+            }
+            // A daemon's working directory is not the user's, and `~` is not expanded.
+            if !file.is_absolute() {
+                return bad(
+                    file_key,
+                    format!(
+                        "must be an absolute path, not {:?}",
+                        file.display().to_string()
+                    ),
+                );
+            }
+        }
         Ok(())
     }
 }
@@ -655,6 +689,34 @@ mod tests {
         .unwrap();
         assert!(c.relay.enabled());
         assert_eq!(c.relay.prefix(), "lap-top_1.home");
+        // A secret comes from a variable or a file, never both, and the file is named whole.
+        let e = err("[relay]\ntoken_env = \"T\"\ntoken_file = \"/run/t\"\n");
+        assert!(
+            e.contains("relay.token_env") && e.contains("relay.token_file"),
+            "{e}"
+        );
+        let e = err("[relay]\napproval_key_env = \"K\"\napproval_key_file = \"/run/k\"\n");
+        assert!(
+            e.contains("relay.approval_key_env") && e.contains("relay.approval_key_file"),
+            "{e}"
+        );
+        let e = err("[relay]\ntoken_file = \"~/token\"\n");
+        assert!(
+            e.contains("relay.token_file") && e.contains("absolute"),
+            "{e}"
+        );
+        let e = err("[relay]\napproval_key_file = \"key\"\n");
+        assert!(
+            e.contains("relay.approval_key_file") && e.contains("absolute"),
+            "{e}"
+        );
+        let c = Config::from_toml_str(
+            "[relay]\ntoken_file = \"/run/t\"\napproval_key_file = \"/run/k\"\n",
+            Path::new("c.toml"),
+        )
+        .unwrap();
+        assert_eq!(c.relay.token_file, Path::new("/run/t"));
+        assert_eq!(c.relay.approval_key_file, Path::new("/run/k"));
         // The default prefix, the host name, is always a usable segment.
         let p = Config::default().relay.prefix();
         assert!(is_path_segment(&p), "{p:?}");

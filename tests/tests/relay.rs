@@ -284,6 +284,55 @@ fn a_wrong_token_is_reported_and_retried_only_after_the_config_changes() {
 }
 
 #[test]
+fn a_token_from_an_owner_only_file_is_sent_like_one_from_a_variable() {
+    use std::os::unix::fs::PermissionsExt;
+    let server = RemoteServer::start(ServerKind::Rust);
+    let proxy = Proxy::start(
+        server.addr(),
+        ProxyMode {
+            cut_connections: 0,
+            required_token: Some("file-token".into()),
+        },
+    );
+    let mut d = Daemon::new(Some(""));
+    let token = d.dir().join("relay-token");
+    std::fs::write(&token, "file-token\n").unwrap();
+    // Readable by others: refused, the relay does not start, and status says which file.
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::write(
+        d.config_path().unwrap(),
+        relay_config(
+            &proxy.base_url(),
+            &format!("token_file = \"{}\"", token.display()),
+        ),
+    )
+    .unwrap();
+    d.restart();
+    d.client().append("f", "user.input", json!({"text": "hi"}));
+    let error = status(&d)["error"].as_str().unwrap_or_default().to_string();
+    assert!(
+        error.contains("relay.token_file")
+            && error.contains(&token.display().to_string())
+            && error.contains("0644"),
+        "{error}"
+    );
+    // Made owner-only and read again on `relay retry`: relayed, with the file's token.
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = Command::new(daemon_bin())
+        .args(["relay", "retry", "--socket"])
+        .arg(d.socket())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    wait_relayed(&d, "f");
+    assert_remote_equals_local(&d, &server.base_url(), "f");
+    assert!(
+        !d.stderr().contains("file-token"),
+        "the token never reaches the logs"
+    );
+}
+
+#[test]
 fn a_lost_ledger_resyncs_from_the_remote_stream_instead_of_sending_twice() {
     let server = RemoteServer::start(ServerKind::Rust);
     let mut d = Daemon::start_with(&relay_config(&server.base_url(), ""));

@@ -23,13 +23,14 @@ use std::process::ExitCode;
 use anyhow::bail;
 use clap::{Args, ValueEnum};
 
-mod claude_code;
-mod claude_events;
-mod claude_hooks;
+// `dstream doctor` reads back what these wrote, through the same code.
+pub(super) mod claude_code;
+pub(super) mod claude_events;
+pub(super) mod claude_hooks;
 mod files;
-mod json;
-mod opencode;
-mod shell;
+pub(super) mod json;
+pub(super) mod opencode;
+pub(super) mod shell;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Agent {

@@ -4,6 +4,7 @@ mod checkpoint_cmds;
 mod client;
 mod client_cmds;
 mod daemon_cmd;
+mod doctor;
 mod hook;
 mod inbox;
 mod install;
@@ -71,6 +72,8 @@ enum Command {
     Uninstall(install::UninstallArgs),
     /// Run the daemon at login: a systemd user unit or a launchd agent.
     Service(service::ServiceArgs),
+    /// Check that dstream is set up and running, and say how to fix what is not.
+    Doctor(doctor::DoctorArgs),
 }
 
 #[derive(Args)]
@@ -129,6 +132,7 @@ pub fn main() -> ExitCode {
         Command::Install(args) => install::install(args),
         Command::Uninstall(args) => install::uninstall(args),
         Command::Service(args) => service::run(args),
+        Command::Doctor(args) => doctor::run(args),
     };
     match result {
         Ok(code) => code,

@@ -18,6 +18,7 @@ mod control;
 pub mod ledger;
 mod page;
 mod remote;
+mod secret;
 mod settings;
 mod shared;
 pub mod signing;

@@ -543,7 +543,7 @@ async fn describe(status: StatusCode, mut resp: reqwest::Response) -> String {
     }
     let hint = match status {
         StatusCode::UNAUTHORIZED => {
-            " (check the token named by relay.token_env; the relay retries after a config change)"
+            " (check the token of relay.token_env or relay.token_file; the relay retries after a config change)"
         }
         _ => "",
     };

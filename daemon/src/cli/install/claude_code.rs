@@ -54,6 +54,15 @@ fn parse_settings(file: &files::File) -> anyhow::Result<Json> {
     Ok(doc)
 }
 
+/// The settings document at `path`, read as `install` reads it: `None` when there is no file
+/// (or a link to nothing), an error when it cannot be read or is not a JSON object.
+pub fn read_settings(path: &Path) -> anyhow::Result<Option<Json>> {
+    match files::read(path, files::MAX_BYTES)? {
+        Found::Missing | Found::DanglingLink(_) => Ok(None),
+        Found::File(file) => parse_settings(&file).map(Some),
+    }
+}
+
 /// Writes `doc` over `file`, or to a new file at `path` when there was none.
 fn write_settings(path: &Path, file: Option<&files::File>, doc: &Json) -> anyhow::Result<()> {
     let mut text = json::to_pretty(doc);

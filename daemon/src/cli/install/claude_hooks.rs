@@ -108,6 +108,27 @@ fn ours(handler: &Json) -> Option<shell::HookCommand> {
     shell::HookCommand::parse(&handler.get("command")?.as_str()?, "claude-code")
 }
 
+/// dstream's hook handlers in `doc`: each event with the dstream binary its command runs (as
+/// written), in file order.
+pub fn installed(doc: &Json) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let Some(Json::Object(events)) = doc.get("hooks") else {
+        return out;
+    };
+    for (event, list) in events {
+        let Json::Array(groups) = list else { continue };
+        for group in groups {
+            let Some(Json::Array(handlers)) = group.get("hooks") else {
+                continue;
+            };
+            for command in handlers.iter().filter_map(ours) {
+                out.push((event.value().into_owned(), command.exe));
+            }
+        }
+    }
+    out
+}
+
 /// Removes every dstream hook handler from `doc`, then the groups, event lists and `hooks`
 /// object that this left empty. Returns the events it removed handlers from.
 pub fn remove_hooks(doc: &mut Json) -> anyhow::Result<Vec<String>> {

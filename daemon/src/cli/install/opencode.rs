@@ -36,6 +36,35 @@ fn is_our_plugin(content: &[u8]) -> bool {
         || String::from_utf8_lossy(&content[..content.len().min(4096)]).contains(OPENCODE_MARKER)
 }
 
+/// What is at the plugin's place in `dir`.
+pub enum Installed {
+    Missing,
+    /// This dstream's plugin, byte for byte.
+    Current(PathBuf),
+    /// dstream's plugin from another version.
+    Other(PathBuf),
+    /// A file of that name that is not dstream's (or that cannot be read).
+    Foreign(PathBuf, String),
+}
+
+/// Whether dstream's plugin is in `dir`, and whether it is this version's.
+pub fn installed(dir: &Path) -> Installed {
+    let path = dir.join(OPENCODE_FILE);
+    match files::read(&path, files::MAX_BYTES) {
+        Ok(Found::Missing) => Installed::Missing,
+        Ok(Found::DanglingLink(target)) => Installed::Foreign(
+            path,
+            format!("a link to {}, which does not exist", target.display()),
+        ),
+        Ok(Found::File(file)) if file.content == OPENCODE_PLUGIN.as_bytes() => {
+            Installed::Current(path)
+        }
+        Ok(Found::File(file)) if is_our_plugin(&file.content) => Installed::Other(path),
+        Ok(Found::File(_)) => Installed::Foreign(path, "not dstream's plugin".into()),
+        Err(e) => Installed::Foreign(path, format!("{e:#}")),
+    }
+}
+
 /// Writes the plugin into `dir`, or replaces an older dstream plugin there.
 pub fn install(dir: &Path) -> anyhow::Result<()> {
     let path = dir.join(OPENCODE_FILE);

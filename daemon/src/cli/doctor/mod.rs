@@ -1,0 +1,205 @@
+//! `dstream doctor [--json]`: checks that dstream is set up and running, and for each problem
+//! says the command that fixes it. Exits 1 when a check fails (warnings do not fail).
+//!
+//! The checks, one file per area: [`daemon`] (reachable, its version, its plugins, the relay),
+//! [`files`] (the socket's folder, the data dir, free space), [`hooks`] (Claude Code and
+//! OpenCode installs, settings that turn hooks off), [`spool`] (events waiting on disk for the
+//! daemon, lost ones), [`service`] (the user service that keeps the daemon running).
+
+mod daemon;
+mod files;
+mod hooks;
+mod service;
+mod spool;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use dstream_daemon::Config;
+use serde::Serialize;
+
+use super::client::print_json;
+
+#[derive(Args)]
+pub struct DoctorArgs {
+    /// Socket of the daemon [default: $DSTREAM_SOCKET, else the config's, else
+    /// $XDG_RUNTIME_DIR/dstream/dstream.sock, else ~/.dstream/dstream.sock]
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Data directory [default: $DSTREAM_DATA_DIR, else the config's]
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Configuration file [default: $DSTREAM_CONFIG, else
+    /// $XDG_CONFIG_HOME/dstream/config.toml (~/.config/…) if it exists]
+    #[arg(long, env = "DSTREAM_CONFIG")]
+    config: Option<PathBuf>,
+    /// Print one JSON object: {"ok": bool, "checks": [{name, status, detail, fix}]}.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    Warn,
+    Fail,
+}
+
+/// One line of the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub name: &'static str,
+    pub status: Status,
+    pub detail: String,
+    /// The command (or the one edit) that fixes it; `None` when it is fine.
+    pub fix: Option<String>,
+}
+
+impl Check {
+    pub fn ok(name: &'static str, detail: impl Into<String>) -> Check {
+        Check {
+            name,
+            status: Status::Ok,
+            detail: detail.into(),
+            fix: None,
+        }
+    }
+
+    pub fn warn(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+        Check {
+            name,
+            status: Status::Warn,
+            detail: detail.into(),
+            fix: Some(fix.into()),
+        }
+    }
+
+    pub fn fail(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+        Check {
+            name,
+            status: Status::Fail,
+            detail: detail.into(),
+            fix: Some(fix.into()),
+        }
+    }
+}
+
+/// What every check may look at: the paths in force, and the daemon if it answered.
+pub struct Context {
+    pub config: Config,
+    pub socket: PathBuf,
+    pub data_dir: PathBuf,
+    pub daemon: Option<daemon::Answers>,
+}
+
+/// This CLI's version: what the daemon and the hooks' binaries should say too.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+fn env_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+/// The configuration the daemon would run with: the named file, else the user's default file
+/// when there is one, else the built-in defaults; a file that cannot be used is a failure
+/// (and the defaults stand in for it).
+fn load_config(args: &DoctorArgs) -> (Config, Check) {
+    let user_file = env_path("XDG_CONFIG_HOME")
+        .filter(|p| p.is_absolute())
+        .unwrap_or_else(|| dstream_sdk::socket::home_dir().join(".config"))
+        .join("dstream")
+        .join("config.toml");
+    let path = match &args.config {
+        Some(p) => p.clone(),
+        None if user_file.is_file() => user_file,
+        None => return (Config::default(), Check::ok("config", "built-in defaults")),
+    };
+    match Config::load(&path) {
+        Ok(c) => (c, Check::ok("config", path.display().to_string())),
+        Err(e) => (
+            Config::default(),
+            Check::fail(
+                "config",
+                e.to_string(),
+                format!("edit {} (the message names the key)", path.display()),
+            ),
+        ),
+    }
+}
+
+pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
+    let (mut config, config_check) = load_config(&args);
+    // Flags, then the environment, over the file: as `dstream daemon` decides.
+    if let Some(dir) = args
+        .data_dir
+        .clone()
+        .or_else(|| env_path("DSTREAM_DATA_DIR"))
+    {
+        config.daemon.data_dir = dir;
+    }
+    let socket = args
+        .socket
+        .clone()
+        .or_else(|| env_path("DSTREAM_SOCKET"))
+        .unwrap_or_else(|| config.socket_path());
+    let data_dir = config.data_dir();
+    let mut cx = Context {
+        config,
+        socket,
+        data_dir,
+        daemon: None,
+    };
+    let mut checks = vec![config_check];
+    let (answers, daemon_checks) = daemon::ask(&cx);
+    cx.daemon = answers;
+    checks.extend(daemon_checks);
+    checks.extend(files::check(&cx));
+    checks.extend(hooks::check(&cx));
+    checks.extend(daemon::plugins(&cx));
+    checks.extend(daemon::relay(&cx));
+    checks.extend(spool::check(&cx));
+    checks.push(service::check());
+
+    let ok = checks.iter().all(|c| c.status != Status::Fail);
+    if args.json {
+        print_json(&serde_json::json!({"ok": ok, "checks": checks}))?;
+    } else {
+        print_text(&checks);
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn print_text(checks: &[Check]) {
+    let width = checks.iter().map(|c| c.name.len()).max().unwrap_or(0);
+    for c in checks {
+        let status = match c.status {
+            Status::Ok => "ok",
+            Status::Warn => "warn",
+            Status::Fail => "FAIL",
+        };
+        println!("{status:<4}  {:<width$}  {}", c.name, c.detail);
+        if let Some(fix) = &c.fix {
+            println!("      {:<width$}  fix: {fix}", "");
+        }
+    }
+    let count = |s| checks.iter().filter(|c| c.status == s).count();
+    let (warn, fail) = (count(Status::Warn), count(Status::Fail));
+    println!(
+        "{} checks: {} ok, {warn} warning{}, {fail} failed",
+        checks.len(),
+        count(Status::Ok),
+        if warn == 1 { "" } else { "s" },
+    );
+}
+
+/// `path` as one shell word, for a fix to paste.
+pub fn sh(path: &std::path::Path) -> String {
+    super::install::shell::quote(&path.display().to_string())
+}
