@@ -485,17 +485,23 @@ impl Config {
                 }
             }
         };
+        config.apply_overrides(flags);
+        Ok(config)
+    }
+
+    /// The socket and data directory from `flags`, else `DSTREAM_SOCKET` / `DSTREAM_DATA_DIR`,
+    /// over what the file said.
+    pub fn apply_overrides(&mut self, flags: &DaemonFlags) {
         if let Some(socket) = flags.socket.clone().or_else(|| env_path("DSTREAM_SOCKET")) {
-            config.daemon.socket = socket;
+            self.daemon.socket = socket;
         }
         if let Some(dir) = flags
             .data_dir
             .clone()
             .or_else(|| env_path("DSTREAM_DATA_DIR"))
         {
-            config.daemon.data_dir = dir;
+            self.daemon.data_dir = dir;
         }
-        Ok(config)
     }
 }
 

@@ -17,6 +17,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use dstream_daemon::Config;
+use dstream_daemon::config::DaemonFlags;
 use serde::Serialize;
 
 use super::client::print_json;
@@ -97,54 +98,34 @@ pub struct Context {
 /// This CLI's version: what the daemon and the hooks' binaries should say too.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-fn env_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os(name)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-}
-
-/// The configuration the daemon would run with: the named file, else the user's default file
-/// when there is one, else the built-in defaults; a file that cannot be used is a failure
-/// (and the defaults stand in for it).
+/// The configuration the daemon would run with (`Config::resolve`, as `dstream daemon`
+/// decides); a file that cannot be used is a failure, and the defaults stand in for it.
 fn load_config(args: &DoctorArgs) -> (Config, Check) {
-    let user_file = env_path("XDG_CONFIG_HOME")
-        .filter(|p| p.is_absolute())
-        .unwrap_or_else(|| dstream_sdk::socket::home_dir().join(".config"))
-        .join("dstream")
-        .join("config.toml");
-    let path = match &args.config {
-        Some(p) => p.clone(),
-        None if user_file.is_file() => user_file,
-        None => return (Config::default(), Check::ok("config", "built-in defaults")),
+    let flags = DaemonFlags {
+        config: args.config.clone(),
+        socket: args.socket.clone(),
+        data_dir: args.data_dir.clone(),
     };
-    match Config::load(&path) {
-        Ok(c) => (c, Check::ok("config", path.display().to_string())),
-        Err(e) => (
-            Config::default(),
-            Check::fail(
-                "config",
-                e.to_string(),
-                format!("edit {} (the message names the key)", path.display()),
-            ),
-        ),
+    match Config::resolve(&flags) {
+        Ok(c) => {
+            let from = match &c.file {
+                Some(p) => p.display().to_string(),
+                None => "built-in defaults".to_string(),
+            };
+            (c, Check::ok("config", from))
+        }
+        Err(e) => {
+            let mut c = Config::default();
+            c.apply_overrides(&flags);
+            let fix = "edit the config file (the message names the key)".to_string();
+            (c, Check::fail("config", e.to_string(), fix))
+        }
     }
 }
 
 pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
-    let (mut config, config_check) = load_config(&args);
-    // Flags, then the environment, over the file: as `dstream daemon` decides.
-    if let Some(dir) = args
-        .data_dir
-        .clone()
-        .or_else(|| env_path("DSTREAM_DATA_DIR"))
-    {
-        config.daemon.data_dir = dir;
-    }
-    let socket = args
-        .socket
-        .clone()
-        .or_else(|| env_path("DSTREAM_SOCKET"))
-        .unwrap_or_else(|| config.socket_path());
+    let (config, config_check) = load_config(&args);
+    let socket = config.socket_path();
     let data_dir = config.data_dir();
     let mut cx = Context {
         config,

@@ -1,27 +1,14 @@
-//! Check 9: the user service that starts the daemon at login and keeps it running. Only
-//! whether its file is there; `dstream service install` writes it (when that command knows
-//! more, this asks it instead).
+//! Check 9: the user service that starts the daemon at login and keeps it running, as
+//! `dstream service status` sees it.
 
 use std::path::PathBuf;
 
 use super::{Check, sh};
 
-/// Where the service's file is: the systemd user unit, or the launchd agent on macOS.
-pub fn unit_path() -> PathBuf {
-    let home = dstream_sdk::socket::home_dir();
-    if cfg!(target_os = "macos") {
-        return home.join("Library/LaunchAgents/dev.dstream.daemon.plist");
-    }
-    std::env::var_os("XDG_CONFIG_HOME")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .unwrap_or_else(|| home.join(".config"))
-        .join("systemd/user/dstream.service")
-}
-
-/// The service's file, when it is installed.
+/// The service's file, when it is installed (ours, at its place).
 pub fn installed() -> Option<PathBuf> {
-    Some(unit_path()).filter(|p| p.is_file())
+    let status = crate::cli::service::status_report();
+    status.installed.then_some(status.path)
 }
 
 /// Starts the installed service.
@@ -44,15 +31,36 @@ pub fn restart_command() -> &'static str {
 
 pub fn check() -> Check {
     const NAME: &str = "service";
-    match installed() {
-        Some(p) => Check::ok(NAME, format!("installed: {}", p.display())),
-        None => Check::warn(
+    let status = crate::cli::service::status_report();
+    if let Some(problem) = &status.problem {
+        return Check::warn(
+            NAME,
+            format!("{}: {problem}", sh(&status.path)),
+            "move the file away, then `dstream service install`",
+        );
+    }
+    if !status.installed {
+        return Check::warn(
             NAME,
             format!(
-                "not installed ({} does not exist): the daemon runs only while started by hand",
-                sh(&unit_path())
+                "not installed ({} does not exist): the daemon runs only while started by hand \
+                 or by a hook",
+                sh(&status.path)
             ),
             "dstream service install",
+        );
+    }
+    match (status.enabled, status.running) {
+        (Some(false), _) => Check::warn(
+            NAME,
+            format!("installed ({}) but not enabled at login", sh(&status.path)),
+            "dstream service install",
         ),
+        (_, false) => Check::warn(
+            NAME,
+            format!("installed ({}) but not running", sh(&status.path)),
+            start_command(),
+        ),
+        _ => Check::ok(NAME, format!("installed and running: {}", sh(&status.path))),
     }
 }

@@ -19,11 +19,7 @@ mod manager;
 mod status;
 mod systemd;
 
-#[expect(
-    unused_imports,
-    reason = "the type is for `dstream doctor`, not written yet; it reports through status_report"
-)]
-pub(crate) use status::{ServiceStatus, status_report};
+pub(crate) use status::status_report;
 
 #[derive(Args)]
 pub struct ServiceArgs {
