@@ -417,3 +417,69 @@ fn temp_dir() -> tempfile::TempDir {
         .tempdir()
         .unwrap()
 }
+
+#[test]
+fn a_spool_file_that_appears_while_the_daemon_runs_is_drained_at_once() {
+    let d = Daemon::start();
+    let data = d.data_dir();
+    let mut c = d.client();
+    // A hook that could not reach this daemon (another socket) spools into its data dir.
+    let elsewhere = data.parent().unwrap().join("elsewhere.sock");
+    let out = hook(
+        &elsewhere,
+        &data,
+        &event("UserPromptSubmit", "s-live", 0),
+        &[],
+        &[("DSTREAM_AUTOSTART", "0")],
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("spooled"),
+        "{out:?}"
+    );
+    until("the running daemon to take it in", LONG, || {
+        spool_files(&data).is_empty()
+            && c.try_call("read", json!({"session_id": "s-live", "from_lsn": 1}))
+                .unwrap()
+                .is_ok()
+    });
+    assert_eq!(prompt_numbers(&c.read_all("s-live")), vec![0]);
+}
+
+#[test]
+fn a_spool_that_cannot_be_written_is_said_and_the_hook_still_answers() {
+    if unsafe { libc::geteuid() } != 0 {
+        dstream_tests::skip(
+            "spool::unwritable",
+            "not root: cannot hand the spool folder to another user",
+        );
+        return;
+    }
+    let dir = temp_dir();
+    let (socket, data) = (dir.path().join("none.sock"), dir.path().join("data"));
+    std::fs::create_dir_all(data.join("spool")).unwrap();
+    std::os::unix::fs::chown(data.join("spool"), Some(65534), Some(65534)).unwrap();
+    let off = [("DSTREAM_AUTOSTART", "0")];
+    let out = hook(&socket, &data, &event("PreToolUse", "s-x", 1), &[], &off);
+    assert!(out.status.success());
+    assert!(out.stdout.is_empty(), "fails open: {out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("could NOT be spooled") && said.contains("uid 65534"),
+        "{said}"
+    );
+    let out = hook(
+        &socket,
+        &data,
+        &event("PreToolUse", "s-x", 2),
+        &["--fail-closed"],
+        &off,
+    );
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["hookSpecificOutput"]["permissionDecision"], "deny");
+    assert!(
+        answer["hookSpecificOutput"]["permissionDecisionReason"]
+            .as_str()
+            .unwrap()
+            .contains("could NOT be spooled")
+    );
+}
