@@ -101,3 +101,23 @@ export interface ConnectOptions {
 }
 export function connect(socketPath?: string | null, options?: ConnectOptions): Client;
 export function version(): string;
+
+/** A Claude Agent SDK session key (`SessionStore`'s addressing). */
+export interface SessionKey {
+  projectKey: string;
+  sessionId: string;
+  subpath?: string;
+}
+
+/**
+ * A `SessionStore` for the Claude Agent SDK: each transcript is a dstream session
+ * (`<sessionId>.transcript`), idempotent on each entry's `uuid`.
+ */
+export class DstreamSessionStore {
+  constructor(client: Client);
+  static sessionFor(key: SessionKey): string;
+  append(key: SessionKey, entries: Array<{ type: string; uuid?: string; [k: string]: unknown }>): Promise<void>;
+  load(key: SessionKey): Promise<Array<{ type: string; [k: string]: unknown }> | null>;
+  listSessions(projectKey: string): Promise<Array<{ sessionId: string; mtime: number }>>;
+  listSubkeys(key: { projectKey: string; sessionId: string }): Promise<string[]>;
+}

@@ -210,3 +210,5 @@ export function connect(socketPath = null, { autostart = false, program = null }
 export function version() {
   return ffi.version();
 }
+
+export { DstreamSessionStore } from "./session-store.js";
