@@ -80,47 +80,10 @@ fn report(what: &str, out: &RunOutput) {
     );
 }
 
-/// The hook events of Claude Code 2.1.330 (the list its binary validates settings against).
-const CLAUDE_HOOK_EVENTS: &[&str] = &[
-    "PreToolUse",
-    "PostToolUse",
-    "PostToolUseFailure",
-    "PostToolBatch",
-    "Notification",
-    "UserPromptSubmit",
-    "UserPromptExpansion",
-    "SessionStart",
-    "SessionEnd",
-    "Stop",
-    "StopFailure",
-    "SubagentStart",
-    "SubagentStop",
-    "PreCompact",
-    "PostCompact",
-    "PreModelSwitch",
-    "PostModelSwitch",
-    "PermissionRequest",
-    "PermissionDenied",
-    "Setup",
-    "TeammateIdle",
-    "TaskCreated",
-    "TaskCompleted",
-    "Elicitation",
-    "ElicitationResult",
-    "ConfigChange",
-    "WorktreeCreate",
-    "WorktreeRemove",
-    "InstructionsLoaded",
-    "CwdChanged",
-    "FileChanged",
-    "DirectoryAdded",
-    "MessageDisplay",
-];
-
 /// `.claude/settings.json` with a capture hook on every event.
 fn claude_capture_settings(capture: &Path) -> Value {
     let mut hooks = serde_json::Map::new();
-    for ev in CLAUDE_HOOK_EVENTS {
+    for ev in agents::CLAUDE_HOOK_EVENTS {
         hooks.insert(
             ev.to_string(),
             json!([{"hooks": [{"type": "command", "command": capture.to_string_lossy()}]}]),

@@ -120,7 +120,10 @@ fn the_agent_sdk_keeps_and_resumes_a_session_through_the_session_store() {
             .collect::<Vec<Value>>()
     };
     let first = run("remember-42", None, &env.root().join("claude-a"));
-    let result = first.iter().find(|m| m["type"] == "result").expect("a result");
+    let result = first
+        .iter()
+        .find(|m| m["type"] == "result")
+        .expect("a result");
     let session_id = result["session_id"].as_str().unwrap().to_string();
     assert!(result.to_string().contains("noted-42"), "{result}");
 
@@ -145,7 +148,10 @@ fn the_agent_sdk_keeps_and_resumes_a_session_through_the_session_store() {
         Some(&session_id),
         &env.root().join("claude-b"),
     );
-    let result = second.iter().find(|m| m["type"] == "result").expect("a result");
+    let result = second
+        .iter()
+        .find(|m| m["type"] == "result")
+        .expect("a result");
     assert!(
         result.to_string().contains("resumed-from-dstream"),
         "the resumed conversation went on: {result}"

@@ -12,41 +12,14 @@ use dstream_tests::serde_json::{self, Value, json};
 use dstream_tests::{daemon_bin, mode_of, wait_child};
 
 /// Every event `dstream install claude-code` hooks by default: all that Claude Code 2.1.330
-/// accepts (see tests/tests/agents_capture.rs) but WorktreeCreate.
-const EVENTS: &[&str] = &[
-    "PreToolUse",
-    "PostToolUse",
-    "PostToolUseFailure",
-    "PostToolBatch",
-    "Notification",
-    "UserPromptSubmit",
-    "UserPromptExpansion",
-    "SessionStart",
-    "SessionEnd",
-    "Stop",
-    "StopFailure",
-    "SubagentStart",
-    "SubagentStop",
-    "PreCompact",
-    "PostCompact",
-    "PreModelSwitch",
-    "PostModelSwitch",
-    "PermissionRequest",
-    "PermissionDenied",
-    "Setup",
-    "TeammateIdle",
-    "TaskCreated",
-    "TaskCompleted",
-    "Elicitation",
-    "ElicitationResult",
-    "ConfigChange",
-    "WorktreeRemove",
-    "InstructionsLoaded",
-    "CwdChanged",
-    "FileChanged",
-    "DirectoryAdded",
-    "MessageDisplay",
-];
+/// accepts but WorktreeCreate (which would replace Claude Code's own worktree creation).
+fn events() -> Vec<&'static str> {
+    dstream_tests::agents::CLAUDE_HOOK_EVENTS
+        .iter()
+        .copied()
+        .filter(|e| *e != "WorktreeCreate")
+        .collect()
+}
 
 /// A settings file someone already uses: other settings, and hooks of their own.
 const EXISTING: &str = r#"{
@@ -195,12 +168,12 @@ fn claude_code_project_install_is_idempotent_and_uninstall_restores_the_file() {
         &["install", "claude-code", "--project", dir],
     ));
     assert!(
-        said.contains(&format!("added for {} events", EVENTS.len())),
+        said.contains(&format!("added for {} events", events().len())),
         "{said}"
     );
     let installed = read_json(&settings);
     let command = expected_command(&daemon_bin());
-    for event in EVENTS {
+    for event in events() {
         let cmds = commands(&installed, event);
         assert_eq!(
             cmds.iter().filter(|c| **c == command).count(),
@@ -250,7 +223,7 @@ fn claude_code_project_install_is_idempotent_and_uninstall_restores_the_file() {
         &["uninstall", "claude-code", "--project", dir],
     ));
     assert!(
-        said.contains(&format!("from {} events", EVENTS.len())),
+        said.contains(&format!("from {} events", events().len())),
         "{said}"
     );
     assert_eq!(read_json(&settings), original);
@@ -279,7 +252,7 @@ fn claude_code_user_install_is_the_default_and_uninstall_deletes_what_it_created
     let installed = read_json(&settings);
     assert_eq!(
         installed["hooks"].as_object().unwrap().len(),
-        EVENTS.len(),
+        events().len(),
         "{installed}"
     );
     let said = ok(&dstream(home.path(), &["install", "claude-code", "--user"]));
@@ -341,7 +314,7 @@ fn claude_code_local_and_core_events() {
         &["install", "claude-code", "--project", dir, "--local"],
     ));
     assert!(
-        said.contains(&format!("added for {} events", EVENTS.len() - 9)),
+        said.contains(&format!("added for {} events", events().len() - 9)),
         "{said}"
     );
     // Mistakes are refused before anything is written.

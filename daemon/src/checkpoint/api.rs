@@ -13,11 +13,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dstream_sdk::protocol::{CheckpointInfo, CheckpointState};
-use serde_json::Value as Json;
 use tokio::sync::{Notify, oneshot};
 
 use super::deadlines;
-use super::grants::{Grant, Grants};
+use super::grants::Grants;
 use super::journal::{Journal, id_hash};
 use super::markers::Markers;
 use super::table::{self, Entry, Table};
@@ -36,7 +35,8 @@ pub struct Checkpoints {
     /// simulation covers them with the logs.
     pub(super) markers: Markers,
     journal: Journal,
-    pub(super) grants: Grants,
+    /// "Always allow" grants: `grants.find` is the one in force for a call, if any.
+    pub grants: Grants,
     /// Wakes the deadline task when an earlier deadline arrives (or this is dropped).
     wake: Arc<Notify>,
     /// Sessions stopped remotely: their tool calls are denied until a new prompt.
@@ -416,17 +416,6 @@ impl Checkpoints {
     /// Pending (and recording) checkpoints.
     pub fn pending_count(&self) -> usize {
         self.table.lock().unwrap().pending_count()
-    }
-
-    /// The grant in force that allows this call, if any.
-    pub fn grant_for(
-        &self,
-        session: &str,
-        cwd: Option<&str>,
-        tool: &str,
-        input: Option<&Json>,
-    ) -> Option<Grant> {
-        self.grants.find(session, cwd, tool, input)
     }
 }
 

@@ -58,7 +58,7 @@ impl Grant {
     }
 }
 
-pub(super) struct Grants {
+pub struct Grants {
     /// Through the store's file layer, so the power-loss simulation covers it with the logs.
     vfs: Arc<dyn Vfs>,
     path: PathBuf,

@@ -150,7 +150,10 @@ pub(super) fn verdict(
         let event = auto(&decision, None);
         return (Some(decision), Some(event));
     }
-    if let Some(g) = checkpoints.grant_for(&draft.session_id, cwd.as_deref(), &tool, input.as_ref())
+    if let Some(g) =
+        checkpoints
+            .grants
+            .find(&draft.session_id, cwd.as_deref(), &tool, input.as_ref())
     {
         decision = Decision::allow(
             format!(
