@@ -33,6 +33,10 @@
 
 import net from "node:net";
 
+// The dstream program the plugin runs to start a daemon (`dstream start --auto --json`).
+// `dstream install opencode` writes its own absolute path here; DSTREAM_BIN overrides it.
+const DSTREAM_BIN = process.env.DSTREAM_BIN || "dstream"; // @dstream-bin
+
 const MAX_QUEUE_BYTES = 4 * 1024 * 1024;
 const MAX_REPLY_BYTES = 64 * 1024 * 1024;
 const BACKOFF_MIN_MS = 100;
