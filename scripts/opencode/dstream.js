@@ -336,8 +336,8 @@ class Link {
       const timer = setTimeout(() => this.settle(msg, null), timeoutMs);
       timer.unref?.();
       msg.waiter = { resolve, timer };
-      if (this.unreachable && method === "ingest" && !this.socket && this.timer) {
-        clearTimeout(this.timer);
+      if (this.unreachable && method === "ingest" && !this.socket && !this.connecting) {
+        if (this.timer) clearTimeout(this.timer);
         this.timer = null;
         this.nextAttempt = 0;
       }
