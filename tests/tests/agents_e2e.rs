@@ -183,3 +183,57 @@ fn an_opencode_run_lands_in_one_session_log_in_order() {
         assert!(!e["raw"].is_null(), "raw kept: {e}");
     }
 }
+
+#[test]
+fn an_opencode_run_without_a_daemon_is_spooled_at_exit_and_drained_later() {
+    let paths = agents::ensure_installed();
+    let mut d = Daemon::new(None);
+    let env = AgentEnv::new();
+    agents::install(&env, "opencode");
+    let mock = MockModel::openai(Script::tool_then_text(
+        Reply::opencode_bash("echo hello-from-dstream"),
+        FINAL,
+    ));
+    let mut cmd = agents::opencode_command(&paths, &env, &mock, "Run echo hello-from-dstream", &[]);
+    // No daemon, autostart off: the plugin holds the events and writes them to the spool when
+    // OpenCode exits; the tool call goes ahead (fail open) without waiting for a daemon.
+    cmd.envs(dstream_tests::client_env(d.socket()));
+    let started = Instant::now();
+    let out = agents::run(&env, cmd, Duration::from_secs(120));
+    out.assert_success("opencode run with the dstream plugin and no daemon");
+    assert!(out.stdout.contains(FINAL), "stdout: {}", out.stdout);
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "the tool call did not wait out its 30 s deadline: {:?}",
+        started.elapsed()
+    );
+    let spool = d.data_dir().join("spool");
+    let files: Vec<_> = std::fs::read_dir(&spool)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".jsonl") && n.contains("-opencode-"))
+        .collect();
+    assert!(!files.is_empty(), "nothing spooled in {}", spool.display());
+
+    d.restart();
+    let want = [
+        "lifecycle.session.created",
+        "user.input",
+        "execution.tool_use",
+        "execution.tool_result",
+        "lifecycle.session.idle",
+    ];
+    let mut c = d.client();
+    let sessions = sessions_when(&mut c, |all| {
+        all.iter().any(|(_, e)| in_order(&types(e), &want))
+    });
+    let (id, events) = sessions
+        .iter()
+        .find(|(_, e)| types(e).contains(&"lifecycle.session.created"))
+        .unwrap_or_else(|| panic!("no OpenCode session: {sessions:#?}"));
+    let t = types(events);
+    assert!(in_order(&t, &want), "{id}: {t:?}");
+    for e in events.iter().filter(|e| !e["raw"].is_null()) {
+        assert_eq!(e["metadata"]["spooled"], true, "{e}");
+    }
+}

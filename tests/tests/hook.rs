@@ -773,7 +773,7 @@ fn repo_root() -> PathBuf {
 /// The plugin loaded by a Node process that plays OpenCode (scripts/opencode/test/driver.mjs).
 struct OpenCode {
     child: Child,
-    stdin: ChildStdin,
+    stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
 }
 
@@ -782,12 +782,26 @@ fn node() -> String {
 }
 
 impl OpenCode {
+    /// The plugin talking to `socket`, with autostart off, spooling into the data directory of
+    /// `socket` ([`dstream_tests::data_dir_for`]), and `env` added.
     fn start(socket: &Path, env: &[(&str, &str)]) -> OpenCode {
+        OpenCode::start_without(socket, env, &[])
+    }
+
+    /// [`OpenCode::start`] with the variables `unset` removed from its environment.
+    fn start_without(socket: &Path, env: &[(&str, &str)], unset: &[&str]) -> OpenCode {
         let root = repo_root();
         let mut cmd = Command::new(node());
         cmd.arg(root.join("scripts/opencode/test/driver.mjs"))
             .arg(root.join("scripts/opencode/dstream.js"))
             .envs(dstream_tests::client_env(socket))
+            // The dstream the plugin runs (`dstream start`), and no configuration of the user's.
+            .env("DSTREAM_BIN", daemon_bin())
+            .env(
+                "XDG_CONFIG_HOME",
+                socket.parent().unwrap().join("no-such-config"),
+            )
+            .env_remove("DSTREAM_CONFIG")
             .env_remove("DSTREAM_HOOK_FAIL_CLOSED")
             .env_remove("DSTREAM_HOOK_TIMEOUT_MS")
             .stdin(Stdio::piped())
@@ -796,13 +810,16 @@ impl OpenCode {
         for (k, v) in env {
             cmd.env(k, v);
         }
+        for k in unset {
+            cmd.env_remove(k);
+        }
         let mut child = cmd.spawn().unwrap_or_else(|e| {
             panic!(
                 "these tests run the OpenCode plugin with Node.js, which could not be started \
                  ({e}); install node, or point DSTREAM_TEST_NODE at it"
             )
         });
-        let stdin = child.stdin.take().unwrap();
+        let stdin = child.stdin.take();
         let stdout = BufReader::new(child.stdout.take().unwrap());
         let mut oc = OpenCode {
             child,
@@ -827,8 +844,9 @@ impl OpenCode {
     }
 
     fn send(&mut self, cmd: Value) -> Value {
-        writeln!(self.stdin, "{cmd}").unwrap();
-        self.stdin.flush().unwrap();
+        let stdin = self.stdin.as_mut().expect("OpenCode has exited");
+        writeln!(stdin, "{cmd}").unwrap();
+        stdin.flush().unwrap();
         let (stdout, child) = (&mut self.stdout, &mut self.child);
         // A plugin that hangs OpenCode fails the test instead of hanging it: past the
         // deadline the driver is killed, which ends the read.
@@ -859,6 +877,17 @@ impl OpenCode {
 
     fn before(&mut self, input: Value, args: Value) -> Value {
         self.send(json!({"op": "before", "input": input, "output": {"args": args}}))
+    }
+}
+
+impl OpenCode {
+    /// Ends OpenCode the ordinary way (its input ends, the process exits by itself), which
+    /// runs the plugin's "exit" listener.
+    fn exit(mut self) {
+        drop(self.stdin.take());
+        let status = wait_child(&mut self.child, Duration::from_secs(30))
+            .expect("the Node driver exits once its input ends");
+        assert!(status.success(), "{status}");
     }
 }
 
@@ -943,15 +972,16 @@ fn opencode_plugin_gates_tool_calls_by_the_daemons_decision() {
 fn opencode_plugin_fails_open_and_queues_while_the_daemon_is_away() {
     let dir = temp_dir();
     let sock = dir.path().join("later.sock");
-    let mut oc = OpenCode::start(&sock, &[("DSTREAM_HOOK_TIMEOUT_MS", "300")]);
-    // No daemon: events wait, tool calls go ahead after the deadline.
+    let mut oc = OpenCode::start(&sock, &[("DSTREAM_HOOK_TIMEOUT_MS", "20000")]);
+    // No daemon, and none can be started (autostart is off): events wait, and tool calls go
+    // ahead at once instead of waiting out their deadline for a daemon that is not coming.
     for n in 1..=3 {
         oc.event(bus_event("message.updated", "ses_q", n));
     }
     let a = oc.before(tool_input("ses_q", "c1"), json!({"command": "ls"}));
     assert_eq!(a["ok"], true, "{a}");
     assert_eq!(a["output"]["args"], json!({"command": "ls"}));
-    assert!(a["ms"].as_u64().unwrap() >= 250, "{a}");
+    assert!(a["ms"].as_u64().unwrap() < 10_000, "{a}");
 
     // The daemon arrives: everything queued is delivered, in order.
     let fake = FakeDaemon::start(&sock, |_| json!({"result": {"events": []}}));
@@ -974,12 +1004,13 @@ fn opencode_plugin_fails_open_and_queues_while_the_daemon_is_away() {
     let mut oc = OpenCode::start(
         &sock,
         &[
-            ("DSTREAM_HOOK_TIMEOUT_MS", "200"),
+            ("DSTREAM_HOOK_TIMEOUT_MS", "20000"),
             ("DSTREAM_HOOK_FAIL_CLOSED", "1"),
         ],
     );
     let a = oc.before(tool_input("ses_q", "c2"), json!({"command": "ls"}));
     assert_eq!(a["ok"], false, "{a}");
+    assert!(a["ms"].as_u64().unwrap() < 10_000, "{a}");
     assert!(
         a["error"]
             .as_str()
@@ -989,35 +1020,295 @@ fn opencode_plugin_fails_open_and_queues_while_the_daemon_is_away() {
     );
 }
 
-#[test]
-fn opencode_plugin_drops_the_oldest_events_past_its_queue_budget_and_says_so() {
-    let dir = temp_dir();
-    let sock = dir.path().join("later.sock");
-    let mut oc = OpenCode::start(&sock, &[]);
-    // Six events of about 1 MiB while there is no daemon: the queue holds 4 MiB.
-    let filler = "x".repeat(1_000_000);
-    for n in 1..=6 {
-        oc.event(json!({"type": "message.part.updated",
-            "properties": {"sessionID": "ses_big", "n": n, "text": filler}}));
+/// The spool files of `data_dir`, oldest first.
+fn spool_files(data_dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(data_dir.join("spool"))
+        .map(|d| {
+            d.map(|e| e.unwrap().path())
+                .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+                .filter(|p| p.file_name().unwrap() != "overflow.jsonl")
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+fn spool_records(file: &Path) -> Vec<Value> {
+    std::fs::read_to_string(file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// The `n` of a stored OpenCode bus event (its raw event's `properties.n`).
+fn n_of(stored: &Value) -> Option<u64> {
+    stored["raw"]["event"]["properties"]["n"].as_u64()
+}
+
+/// Waits until `session` holds one event for each of `raws` (compared by `raw`); returns
+/// them in the same order. No raw event may be stored twice.
+fn stored_once(d: &Daemon, session: &str, raws: &[Value]) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let stored = events_of(d, session);
+        let found: Vec<Vec<&Value>> = raws
+            .iter()
+            .map(|raw| stored.iter().filter(|e| came_from(e, raw)).collect())
+            .collect();
+        for (raw, f) in raws.iter().zip(&found) {
+            assert!(f.len() <= 1, "stored {} times: {raw}", f.len());
+        }
+        if found.iter().all(|f| f.len() == 1) {
+            return found.into_iter().map(|f| f[0].clone()).collect();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not every event landed: {stored:#?}"
+        );
+        thread::sleep(Duration::from_millis(50));
     }
-    let fake = FakeDaemon::start(&sock, |_| json!({"result": {"events": []}}));
-    oc.event(bus_event("message.updated", "ses_big", 7));
-    let frames = fake.wait_frames(6, Duration::from_secs(15));
-    let notice = &frames[0]["params"];
-    assert_eq!(notice["event"]["hook"], "dstream.dropped", "{notice}");
-    assert_eq!(notice["event"]["count"], 2);
-    assert_eq!(notice["event"]["sessionID"], "ses_big");
-    assert_eq!(notice["session_id"], "ses_big");
-    let ns: Vec<_> = frames[1..]
+}
+
+fn until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn opencode_plugin_spools_what_it_could_not_send_when_opencode_exits() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut d = Daemon::new(None);
+    let (sock, data) = (d.socket(), d.data_dir());
+    let session = "ses_exit";
+    let mut oc = OpenCode::start(&sock, &[("DSTREAM_HOOK_FAIL_CLOSED", "1")]);
+    let mut raws = Vec::new();
+    for n in 1..=3 {
+        let e = bus_event("message.updated", session, n);
+        oc.event(e.clone());
+        raws.push(json!({"hook": "event", "event": e}));
+    }
+    // No daemon and autostart off: refused at once (fail-closed), not after 30 s.
+    let input = tool_input(session, "c1");
+    let denied = oc.before(input.clone(), json!({"command": "ls"}));
+    assert_eq!(denied["ok"], false, "{denied}");
+    assert!(denied["ms"].as_u64().unwrap() < 10_000, "{denied}");
+    raws.push(json!({"hook": "tool.execute.before", "input": input,
+        "output": {"args": {"command": "ls"}}}));
+    let e = bus_event("message.updated", session, 4);
+    oc.event(e.clone());
+    raws.push(json!({"hook": "event", "event": e}));
+    assert!(
+        spool_files(&data).is_empty(),
+        "nothing is spooled before the exit"
+    );
+    let pid = oc.child.id();
+    oc.exit();
+
+    // One whole file, named as the hook names its own, owner-only, the events in order.
+    let files = spool_files(&data);
+    assert_eq!(files.len(), 1, "{files:?}");
+    let name = files[0].file_name().unwrap().to_str().unwrap().to_owned();
+    let (ns, rest) = name.split_at(20);
+    assert!(ns.bytes().all(|b| b.is_ascii_digit()), "{name}");
+    assert_eq!(rest, format!("-opencode-{pid}-0.jsonl"), "{name}");
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&files[0]), 0o600);
+    assert_eq!(mode(&data.join("spool")), 0o700);
+    let records = spool_records(&files[0]);
+    assert_eq!(records.len(), 5, "{records:#?}");
+    for (r, raw) in records.iter().zip(&raws) {
+        assert_eq!(r["v"], 1, "{r}");
+        assert_eq!(r["source"], "opencode", "{r}");
+        assert_eq!(r["session_id"], session, "{r}");
+        assert!(r["received_ms"].as_u64().unwrap() > 0, "{r}");
+        assert_eq!(&r["event"], raw);
+    }
+    assert_eq!(records[3]["answered"], "deny", "the refused call says so");
+    assert!(
+        records
+            .iter()
+            .filter(|r| r.get("answered").is_some())
+            .count()
+            == 1
+    );
+
+    // A daemon drains it: each event stored once, marked as spooled.
+    d.restart();
+    until("the spool to drain", Duration::from_secs(30), || {
+        spool_files(&data).is_empty()
+    });
+    for e in stored_once(&d, session, &raws) {
+        assert_eq!(e["metadata"]["spooled"], true, "{e}");
+    }
+}
+
+#[test]
+fn opencode_plugin_spools_the_oldest_events_past_its_queue_budget() {
+    let mut d = Daemon::new(None);
+    let (sock, data) = (d.socket(), d.data_dir());
+    let session = "ses_big";
+    let mut oc = OpenCode::start(&sock, &[]);
+    // Six events of about 1 MiB while there is no daemon: the queue holds 4 MiB, so the
+    // fifth and sixth each push the oldest waiting one out, into the spool.
+    let filler = "x".repeat(1_000_000);
+    let mut raws = Vec::new();
+    for n in 1..=6 {
+        let e = json!({"type": "message.part.updated",
+            "properties": {"sessionID": session, "n": n, "text": filler}});
+        oc.event(e.clone());
+        raws.push(json!({"hook": "event", "event": e}));
+    }
+    let files = spool_files(&data);
+    let spooled: Vec<Vec<u64>> = files
         .iter()
         .map(|f| {
-            f["params"]["event"]["event"]["properties"]["n"]
-                .as_u64()
-                .unwrap()
+            spool_records(f)
+                .iter()
+                .map(|r| r["event"]["event"]["properties"]["n"].as_u64().unwrap())
+                .collect()
         })
         .collect();
-    assert_eq!(ns, [3, 4, 5, 6, 7]);
+    assert_eq!(spooled, [[1], [2]], "{files:?}");
+
+    // The daemon comes: it drains the spool, and the plugin sends the rest.
+    d.restart();
+    let e = bus_event("message.updated", session, 7);
+    oc.event(e.clone());
+    raws.push(json!({"hook": "event", "event": e}));
+    let stored = stored_once(&d, session, &raws);
+    for e in &stored {
+        let n = n_of(e).unwrap();
+        assert_eq!(
+            e["metadata"]["spooled"] == true,
+            n <= 2,
+            "{n}: {}",
+            e["metadata"]
+        );
+    }
+    let all = events_of(&d, session);
+    assert!(
+        all.iter().all(|e| e["raw"]["hook"] != "dstream.dropped"),
+        "nothing was lost"
+    );
+    oc.exit();
+    assert!(spool_files(&data).is_empty(), "everything was sent");
+}
+
+#[test]
+fn opencode_plugin_counts_what_a_full_spool_loses() {
+    // A spool bound of 1000 bytes (learnt from `dstream start`): past it the plugin notes the
+    // events in overflow.jsonl, and the daemon, once back, gets the count.
+    let dir = temp_dir();
+    let sock = dir.path().join("later.sock");
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "[daemon]\nspool_max_bytes = 1000\n").unwrap();
+    let mut oc = OpenCode::start(&sock, &[("DSTREAM_CONFIG", config.to_str().unwrap())]);
+    let filler = "x".repeat(1_500_000);
+    // The first event makes the plugin run `dstream start`; wait until it has answered.
+    oc.event(bus_event("message.updated", "ses_full", 0));
+    let quick = oc.before(tool_input("ses_full", "c0"), json!({"command": "ls"}));
+    assert_eq!(quick["ok"], true, "{quick}");
+    for n in 1..=3 {
+        oc.event(json!({"type": "message.part.updated",
+            "properties": {"sessionID": "ses_full", "n": n, "text": filler}}));
+    }
+    let data = dstream_tests::data_dir_for(&sock);
+    assert!(spool_files(&data).is_empty());
+    let overflow = std::fs::read_to_string(data.join("spool/overflow.jsonl")).unwrap();
+    let notes: Vec<Value> = overflow
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // The third big event pushed out the three oldest: event 0, the tool call, event 1.
+    assert_eq!(notes.len(), 3, "{overflow}");
+    for note in &notes {
+        assert_eq!(note["source"], "opencode");
+        assert_eq!(note["session_id"], "ses_full");
+        assert!(note["at_ms"].as_u64().unwrap() > 0, "{note}");
+    }
+    assert!(
+        notes[2]["bytes"].as_u64().unwrap() > 1_500_000,
+        "{overflow}"
+    );
+    let fake = FakeDaemon::start(&sock, |_| json!({"result": {"events": []}}));
+    oc.event(bus_event("message.updated", "ses_full", 4));
+    let frames = fake.wait_frames(4, Duration::from_secs(15));
+    let notice = &frames[0]["params"];
+    assert_eq!(notice["event"]["hook"], "dstream.dropped", "{notice}");
+    assert_eq!(notice["event"]["count"], 3);
+    let ns: Vec<_> = frames[1..]
+        .iter()
+        .map(|f| f["params"]["event"]["event"]["properties"]["n"].clone())
+        .collect();
+    assert_eq!(ns, [json!(2), json!(3), json!(4)]);
+    assert_eq!(notice["event"]["sessionID"], "ses_full");
+    assert_eq!(notice["session_id"], "ses_full");
     fake.stop();
+}
+
+/// Kills a daemon the plugin started (by the pid in its data directory's lock file).
+struct Autostarted(PathBuf);
+
+impl Drop for Autostarted {
+    fn drop(&mut self) {
+        let pid = std::fs::read_to_string(self.0.join("LOCK"))
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok());
+        if let Some(pid) = pid {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+#[test]
+fn opencode_plugin_starts_a_daemon_when_none_answers() {
+    let dir = temp_dir();
+    let sock = dir.path().join("run").join("dstream.sock");
+    let data = dstream_tests::data_dir_for(&sock);
+    let _daemon = Autostarted(data.clone());
+    let mut oc = OpenCode::start_without(&sock, &[], &["DSTREAM_AUTOSTART"]);
+    let session = "ses_auto";
+    let first = bus_event("session.created", session, 1);
+    oc.event(first.clone());
+    let input = tool_input(session, "c1");
+    let allowed = oc.before(input.clone(), json!({"command": "ls"}));
+    assert_eq!(allowed["ok"], true, "{allowed}");
+    let e = bus_event("message.updated", session, 2);
+    oc.event(e.clone());
+    let raws = [
+        json!({"hook": "event", "event": first}),
+        json!({"hook": "tool.execute.before", "input": input,
+            "output": {"args": {"command": "ls"}}}),
+        json!({"hook": "event", "event": e}),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(mut c) = dstream_tests::Client::connect_timeout(&sock, Duration::from_secs(2))
+            && let Ok(r) = c.call("read", json!({"session_id": session, "from_lsn": 1}))
+            && !r["events"].as_array().unwrap().is_empty()
+        {
+            let stored = c.read_all(session);
+            let found: Vec<usize> = raws
+                .iter()
+                .map(|raw| stored.iter().filter(|s| came_from(s, raw)).count())
+                .collect();
+            if found == [1, 1, 1] {
+                assert!(stored.iter().all(|s| s["metadata"]["spooled"] != true));
+                break;
+            }
+            assert!(found.iter().all(|&n| n <= 1), "{stored:#?}");
+        }
+        assert!(Instant::now() < deadline, "the events did not arrive");
+        thread::sleep(Duration::from_millis(50));
+    }
+    oc.exit();
+    assert!(spool_files(&data).is_empty(), "nothing had to be spooled");
 }
 
 #[test]

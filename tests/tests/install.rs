@@ -749,9 +749,30 @@ fn fifos_devices_and_huge_files_are_refused_without_hanging() {
     assert_eq!(names_in(settings.parent().unwrap()), ["settings.json"]);
 }
 
-fn plugin_source() -> Vec<u8> {
+fn plugin_source() -> String {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    fs::read(root.join("../scripts/opencode/dstream.js")).unwrap()
+    fs::read_to_string(root.join("../scripts/opencode/dstream.js")).unwrap()
+}
+
+/// The plugin as the dstream at `bin` installs it: its own path (as the running program sees
+/// it, links resolved) in the DSTREAM_BIN line, the rest as in the source.
+fn installed_plugin_by(bin: &Path) -> Vec<u8> {
+    let exe = fs::canonicalize(bin).unwrap();
+    let quoted = serde_json::to_string(exe.to_str().unwrap()).unwrap();
+    let source = plugin_source();
+    let line = source
+        .lines()
+        .find(|l| l.contains("// @dstream-bin"))
+        .expect("the plugin has a DSTREAM_BIN line");
+    assert!(line.contains(r#"|| "dstream";"#), "{line}");
+    let rendered = line.replace(r#"|| "dstream";"#, &format!("|| {quoted};"));
+    let out = source.replacen(line, &rendered, 1);
+    assert_ne!(out, source);
+    out.into_bytes()
+}
+
+fn installed_plugin() -> Vec<u8> {
+    installed_plugin_by(&daemon_bin())
 }
 
 #[test]
@@ -766,12 +787,40 @@ fn opencode_project_and_user_install() {
         &["install", "opencode", "--project", dir],
     ));
     assert!(said.contains("installed"), "{said}");
-    assert_eq!(fs::read(&file).unwrap(), plugin_source());
+    assert_eq!(fs::read(&file).unwrap(), installed_plugin());
     let said = ok(&dstream(
         home.path(),
         &["install", "opencode", "--project", dir],
     ));
     assert!(said.contains("nothing changed"), "{said}");
+    // Another dstream (moved, or a second copy) writes its own path into the plugin, which
+    // runs it to start a daemon; installing again from it changes nothing.
+    let other = temp_dir();
+    let copy = other.path().join("dstream");
+    fs::copy(daemon_bin(), &copy).unwrap();
+    let said = ok(&dstream_in(
+        &copy,
+        home.path(),
+        &["install", "opencode", "--project", dir],
+        &[],
+    ));
+    assert!(said.contains("replaced"), "{said}");
+    assert_eq!(fs::read(&file).unwrap(), installed_plugin_by(&copy));
+    let said = ok(&dstream_in(
+        &copy,
+        home.path(),
+        &["install", "opencode", "--project", dir],
+        &[],
+    ));
+    assert!(said.contains("nothing changed"), "{said}");
+    // The plain source (what an older dstream installed) is replaced too.
+    fs::write(&file, plugin_source()).unwrap();
+    let said = ok(&dstream(
+        home.path(),
+        &["install", "opencode", "--project", dir],
+    ));
+    assert!(said.contains("replaced"), "{said}");
+    assert_eq!(fs::read(&file).unwrap(), installed_plugin());
     let said = ok(&dstream(
         home.path(),
         &["uninstall", "opencode", "--project", dir],
@@ -794,11 +843,11 @@ fn opencode_project_and_user_install() {
     ));
     assert_eq!(
         fs::read(xdg.path().join("opencode/plugins/dstream.js")).unwrap(),
-        plugin_source()
+        installed_plugin()
     );
     ok(&dstream(home.path(), &["install", "opencode", "--user"]));
     let in_home = home.path().join(".config/opencode/plugins/dstream.js");
-    assert_eq!(fs::read(&in_home).unwrap(), plugin_source());
+    assert_eq!(fs::read(&in_home).unwrap(), installed_plugin());
     ok(&dstream(home.path(), &["uninstall", "opencode"]));
     assert!(!in_home.exists());
     assert!(xdg.path().join("opencode/plugins/dstream.js").exists());
@@ -833,7 +882,7 @@ fn opencode_files_that_are_not_ours_are_never_replaced_or_removed() {
         &["install", "opencode", "--project", dir],
     ));
     assert!(said.contains("replaced"), "{said}");
-    assert_eq!(fs::read(&file).unwrap(), plugin_source());
+    assert_eq!(fs::read(&file).unwrap(), installed_plugin());
     fs::write(&file, older).unwrap();
     ok(&dstream(
         home.path(),
@@ -926,13 +975,13 @@ fn opencode_refuses_fifos_dangling_links_and_read_only_files() {
             .file_type()
             .is_symlink()
     );
-    assert_eq!(fs::read(&real).unwrap(), plugin_source());
+    assert_eq!(fs::read(&real).unwrap(), installed_plugin());
     let said = ok(&dstream(
         home.path(),
         &["uninstall", "opencode", "--project", dir],
     ));
     assert!(said.contains("removed the link"), "{said}");
     assert!(fs::symlink_metadata(&file).is_err());
-    assert_eq!(fs::read(&real).unwrap(), plugin_source());
+    assert_eq!(fs::read(&real).unwrap(), installed_plugin());
     assert!(names_in(&plugins).is_empty());
 }

@@ -8,10 +8,14 @@ use anyhow::{Context as _, bail};
 
 use super::files::{self, Found};
 
-/// The OpenCode plugin, as `dstream install opencode` writes it.
+/// The OpenCode plugin's source; [`rendered`] is what `dstream install opencode` writes.
 const OPENCODE_PLUGIN: &str = include_str!("../../../../scripts/opencode/dstream.js");
 /// A line in the plugin that marks a file as dstream's to replace or remove.
 const OPENCODE_MARKER: &str = "@dstream-opencode-plugin";
+/// The line of the plugin that names the dstream program (for `dstream start`), by this tag;
+/// its `"dstream"` is replaced with the installing program's own path.
+const BIN_TAG: &str = "// @dstream-bin";
+const BIN_DEFAULT: &str = "|| \"dstream\";";
 /// File name of the plugin in OpenCode's plugin folder.
 const OPENCODE_FILE: &str = "dstream.js";
 
@@ -31,8 +35,35 @@ pub fn plugin_dir(project: Option<&Path>) -> PathBuf {
     }
 }
 
-fn is_our_plugin(content: &[u8]) -> bool {
-    content == OPENCODE_PLUGIN.as_bytes()
+/// The plugin as installed by the program at `exe`: `exe` written into its DSTREAM_BIN line, so
+/// that it can start a daemon even when `dstream` is not on OpenCode's PATH. A path that is not
+/// UTF-8 cannot be written as JS text: then the plugin looks `dstream` up on the PATH.
+fn render(exe: Option<&Path>) -> String {
+    let Some(quoted) = exe
+        .and_then(|p| p.to_str())
+        .and_then(|p| serde_json::to_string(p).ok())
+    else {
+        return OPENCODE_PLUGIN.to_string();
+    };
+    let mut out = String::with_capacity(OPENCODE_PLUGIN.len() + quoted.len());
+    for line in OPENCODE_PLUGIN.split_inclusive('\n') {
+        if line.contains(BIN_TAG) && line.contains(BIN_DEFAULT) {
+            out.push_str(&line.replacen(BIN_DEFAULT, &format!("|| {quoted};"), 1));
+        } else {
+            out.push_str(line);
+        }
+    }
+    out
+}
+
+/// The plugin as this program installs it.
+fn rendered() -> String {
+    render(std::env::current_exe().ok().as_deref())
+}
+
+fn is_our_plugin(content: &[u8], rendered: &str) -> bool {
+    content == rendered.as_bytes()
+        || content == OPENCODE_PLUGIN.as_bytes()
         || String::from_utf8_lossy(&content[..content.len().min(4096)]).contains(OPENCODE_MARKER)
 }
 
@@ -68,24 +99,25 @@ pub fn installed(dir: &Path) -> Installed {
 /// Writes the plugin into `dir`, or replaces an older dstream plugin there.
 pub fn install(dir: &Path) -> anyhow::Result<()> {
     let path = dir.join(OPENCODE_FILE);
+    let plugin = rendered();
     match files::read(&path, files::MAX_BYTES)? {
         Found::Missing => {
             fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-            files::create(&path, OPENCODE_PLUGIN.as_bytes())?;
+            files::create(&path, plugin.as_bytes())?;
             println!(
                 "installed {}; OpenCode loads it when it next starts",
                 path.display()
             );
         }
         Found::DanglingLink(target) => return Err(files::dangling_link(&path, &target)),
-        Found::File(file) if file.content == OPENCODE_PLUGIN.as_bytes() => {
+        Found::File(file) if file.content == plugin.as_bytes() => {
             println!(
                 "the dstream plugin is already in {}; nothing changed",
                 file.shown()
             );
         }
-        Found::File(file) if is_our_plugin(&file.content) => {
-            file.replace(OPENCODE_PLUGIN.as_bytes())?;
+        Found::File(file) if is_our_plugin(&file.content, &plugin) => {
+            file.replace(plugin.as_bytes())?;
             println!(
                 "replaced an older dstream plugin at {}; OpenCode loads it when it next starts",
                 file.shown()
@@ -111,7 +143,7 @@ pub fn uninstall(dir: &Path) -> anyhow::Result<()> {
              left as it is)",
             target.display()
         ),
-        Found::File(file) if is_our_plugin(&file.content) => {
+        Found::File(file) if is_our_plugin(&file.content, &rendered()) => {
             file.remove()?;
             if file.is_link() {
                 println!(
@@ -136,7 +168,30 @@ mod tests {
 
     #[test]
     fn the_plugin_carries_its_marker() {
-        assert!(is_our_plugin(OPENCODE_PLUGIN.as_bytes()));
-        assert!(!is_our_plugin(b"export const Other = async () => ({})"));
+        let r = rendered();
+        assert!(is_our_plugin(OPENCODE_PLUGIN.as_bytes(), &r));
+        assert!(is_our_plugin(r.as_bytes(), &r));
+        assert!(!is_our_plugin(b"export const Other = async () => ({})", &r));
+    }
+
+    #[test]
+    fn the_installing_program_is_written_into_its_line_only() {
+        let exe = Path::new("/opt/d \"s\"/bin/dstream");
+        let r = render(Some(exe));
+        assert_ne!(r, OPENCODE_PLUGIN);
+        let changed: Vec<&str> = r
+            .lines()
+            .zip(OPENCODE_PLUGIN.lines())
+            .filter(|(a, b)| a != b)
+            .map(|(a, _)| a)
+            .collect();
+        assert_eq!(
+            changed,
+            [
+                r#"const DSTREAM_BIN = process.env.DSTREAM_BIN || "/opt/d \"s\"/bin/dstream"; // @dstream-bin"#
+            ]
+        );
+        assert!(is_our_plugin(r.as_bytes(), &rendered()));
+        assert_eq!(render(None), OPENCODE_PLUGIN);
     }
 }
