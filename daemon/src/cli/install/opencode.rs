@@ -70,7 +70,7 @@ fn is_our_plugin(content: &[u8], rendered: &str) -> bool {
 /// What is at the plugin's place in `dir`.
 pub enum Installed {
     Missing,
-    /// This dstream's plugin, byte for byte.
+    /// This dstream's plugin, byte for byte (naming this binary).
     Current(PathBuf),
     /// dstream's plugin from another version.
     Other(PathBuf),
@@ -87,10 +87,10 @@ pub fn installed(dir: &Path) -> Installed {
             path,
             format!("a link to {}, which does not exist", target.display()),
         ),
-        Ok(Found::File(file)) if file.content == OPENCODE_PLUGIN.as_bytes() => {
-            Installed::Current(path)
+        Ok(Found::File(file)) if file.content == rendered().as_bytes() => Installed::Current(path),
+        Ok(Found::File(file)) if is_our_plugin(&file.content, &rendered()) => {
+            Installed::Other(path)
         }
-        Ok(Found::File(file)) if is_our_plugin(&file.content) => Installed::Other(path),
         Ok(Found::File(_)) => Installed::Foreign(path, "not dstream's plugin".into()),
         Err(e) => Installed::Foreign(path, format!("{e:#}")),
     }
