@@ -159,8 +159,7 @@ fn the_agent_sdk_keeps_and_resumes_a_session_through_the_session_store() {
     let last_call = mock
         .requests()
         .into_iter()
-        .filter(|r| r.is_model_call())
-        .last()
+        .rfind(|r| r.is_model_call())
         .unwrap();
     let body = String::from_utf8_lossy(&last_call.body);
     assert!(
