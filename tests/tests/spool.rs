@@ -483,3 +483,41 @@ fn a_spool_that_cannot_be_written_is_said_and_the_hook_still_answers() {
             .contains("could NOT be spooled")
     );
 }
+
+#[test]
+fn a_record_for_a_quarantined_session_waits_aside_and_the_rest_drains() {
+    let mut d = Daemon::start();
+    let mut c = d.client();
+    for i in 0..5 {
+        c.append("s-q", "t", json!({"i": i, "text": "aaaaaaaaaaaaaaaa"}));
+    }
+    drop(c);
+    assert_eq!(d.stop().code(), Some(0));
+    // A flipped character in the middle of the log: the session is quarantined at start.
+    let log = d.log_path("s-q");
+    let mut bytes = std::fs::read(&log).unwrap();
+    let at = bytes.windows(8).position(|w| w == b"aaaaaaaa").unwrap() + 2;
+    bytes[at] = b'b';
+    std::fs::write(&log, bytes).unwrap();
+    let data = d.data_dir();
+    write_spool(&data, "00000000000000000001-hook-1-0.jsonl", "s-q", 1);
+    write_spool(&data, "00000000000000000002-hook-1-0.jsonl", "s-ok", 2);
+    d.restart();
+    let mut c = d.client();
+    until("the spool to drain", LONG, || spool_files(&data).is_empty());
+    assert_eq!(
+        prompt_numbers(&c.read_all("s-ok")),
+        vec![0, 1],
+        "the rest went on"
+    );
+    let aside: Vec<String> = std::fs::read_dir(data.join("spool/damaged"))
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert!(
+        aside[0].contains("quarantined") && aside[0].contains("prompt 0"),
+        "{}",
+        aside[0]
+    );
+}

@@ -25,7 +25,7 @@ use super::write::sync_dir;
 use super::{DAMAGED_DIR, SpoolRecord, is_part_name, is_pending_name, overflow, spool_dir};
 use crate::component::{Component, Stopping};
 use crate::pipeline::{Ingest, IngestError, Pipeline, Spooled, check_ingest};
-use crate::store::{NewEventRaw, Store};
+use crate::store::{NewEventRaw, Store, StoreError};
 use crate::util::time::now_ms;
 
 /// The pipeline client id of the spool (connections count up from 1).
@@ -325,37 +325,41 @@ impl Drainer {
     ) -> Result<(), Halt> {
         let (tx, rx) = mpsc::channel();
         let mut sent = 0;
-        for (index, record) in batch {
+        let mut kept = std::collections::HashMap::new();
+        for (index, mut record) in batch {
             let spool_id = journal::spool_id(name, index);
-            let mut session_id = record.session_id;
-            let mut event = record.event;
-            if let Err(e) = check_ingest(&record.source, session_id.as_deref(), &event) {
+            if let Err(e) =
+                check_ingest(&record.source, record.session_id.as_deref(), &record.event)
+            {
                 // Kept rather than dropped: a bad hint is forgotten, a too-deep event is
                 // stored as its text. A bad source cannot be stored at all: set aside.
-                if session_id
+                if record
+                    .session_id
                     .as_deref()
                     .is_some_and(|s| dstream_sdk::validate_session_id(s).is_err())
                 {
-                    session_id = None;
+                    record.session_id = None;
                 }
-                if check_ingest(&record.source, None, &event).is_err() {
-                    let text = serde_json::to_string(event.get()).unwrap_or_default();
-                    event = RawValue::from_string(text).expect("a JSON string is JSON");
+                if check_ingest(&record.source, None, &record.event).is_err() {
+                    let text = serde_json::to_string(record.event.get()).unwrap_or_default();
+                    record.event = RawValue::from_string(text).expect("a JSON string is JSON");
                 }
-                if check_ingest(&record.source, None, &event).is_err() {
-                    self.set_aside(name, index, &e.message);
+                if check_ingest(&record.source, None, &record.event).is_err() {
+                    self.set_aside(name, index, &e.message, &record_line(&record));
                     continue;
                 }
             }
+            // Kept to set the record aside if its session cannot take it (quarantined).
+            kept.insert(index, record_line(&record));
             let tx = tx.clone();
             let ingest = Ingest {
                 client: SPOOL_CLIENT,
                 source: record.source,
-                raw: event,
-                session_id,
+                raw: record.event,
+                session_id: record.session_id,
                 reply_by_ms: None,
                 gone: None,
-                done: Box::new(move |r| drop(tx.send(r))),
+                done: Box::new(move |r| drop(tx.send((index, r)))),
                 spooled: Some(Spooled {
                     received_ms: record.received_ms,
                     spool_id,
@@ -369,11 +373,18 @@ impl Drainer {
         let mut failed = None;
         for _ in 0..sent {
             match rx.recv() {
-                Ok(Ok(_)) => {
+                Ok((_, Ok(_))) => {
                     self.stats.records.fetch_add(1, Ordering::Relaxed);
                 }
-                Ok(Err(IngestError::Stopped)) | Err(_) => return Err(Halt::Stopping),
-                Ok(Err(IngestError::Store(e))) => failed = Some(e.to_string()),
+                Ok((_, Err(IngestError::Stopped))) | Err(_) => return Err(Halt::Stopping),
+                // Its session takes nothing until repaired: the record waits aside, and the
+                // rest of the spool goes on.
+                Ok((index, Err(IngestError::Store(e @ StoreError::Quarantined { .. })))) => {
+                    let line = kept.remove(&index).unwrap_or_default();
+                    self.set_aside(name, index, &e.to_string(), &line);
+                }
+                // The store cannot write (a full disk, a failed store): try again later.
+                Ok((_, Err(IngestError::Store(e)))) => failed = Some(e.to_string()),
             }
         }
         match failed {
@@ -382,14 +393,17 @@ impl Drainer {
         }
     }
 
-    /// A record no ingest could take (a source name the daemon refuses): kept aside.
-    fn set_aside(&self, name: &str, index: usize, why: &str) {
+    /// A record no ingest could take (a source name the daemon refuses, a quarantined
+    /// session): kept aside, with why.
+    fn set_aside(&self, name: &str, index: usize, why: &str, line: &str) {
         tracing::warn!(file = %name, index, %why, "a spooled record cannot be ingested; moved aside");
         self.stats.damaged.fetch_add(1, Ordering::Relaxed);
+        // The record as a spool line (drainable again once moved back), after a line saying why.
+        let text = format!("# {why}\n{line}\n");
         let _ = write_aside(
             &self.dir.join(DAMAGED_DIR),
-            &format!("{name}#{index}.txt"),
-            why.as_bytes(),
+            &format!("{name}#{index}.jsonl"),
+            text.as_bytes(),
         );
     }
 
@@ -441,6 +455,11 @@ impl Drainer {
             let _ = sync_dir(&self.dir);
         }
     }
+}
+
+/// A record as a spool line.
+fn record_line(record: &SpoolRecord<Box<RawValue>>) -> String {
+    serde_json::to_string(record).unwrap_or_default()
 }
 
 /// Why a spool file is not to be trusted: another user's, or not a regular file.
