@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::Problem;
+use super::problem::Problem;
 
 /// How deep a folder given on the command line is searched (the projects folder is two
 /// levels above a subagent's transcript).

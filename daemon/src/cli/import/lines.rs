@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::{Value as Json, json};
 
-use super::Problem;
+use super::problem::Problem;
 
 /// One line of a transcript, ready to send.
 #[derive(Debug)]

@@ -11,17 +11,17 @@
 mod daemon;
 mod find;
 mod lines;
+mod problem;
 mod progress;
 
 use std::collections::HashSet;
-use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use serde::Serialize;
 
 use super::client::{ClientOpts, connect, print_json, runtime};
+use problem::Problem;
 use progress::{Progress, Summary};
 
 #[derive(Args)]
@@ -47,46 +47,6 @@ struct ClaudeCodeArgs {
     dry_run: bool,
     #[command(flatten)]
     opts: ClientOpts,
-}
-
-/// Something wrong with a file or a line: reported, and the import goes on.
-#[derive(Debug, Clone, Serialize)]
-pub struct Problem {
-    pub file: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub line: Option<usize>,
-    pub problem: String,
-}
-
-impl Problem {
-    pub fn file(file: &Path, problem: String) -> Problem {
-        Problem {
-            file: file.display().to_string(),
-            line: None,
-            problem,
-        }
-    }
-
-    pub fn line(file: &Path, line: usize, problem: String) -> Problem {
-        Problem {
-            line: Some(line),
-            ..Problem::file(file, problem)
-        }
-    }
-
-    /// A line kept as `unmapped` lost nothing; every other problem did.
-    fn cost_data(&self) -> bool {
-        !self.problem.ends_with("kept as unmapped")
-    }
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.line {
-            Some(n) => write!(f, "{}:{n}: {}", self.file, self.problem),
-            None => write!(f, "{}: {}", self.file, self.problem),
-        }
-    }
 }
 
 pub fn run(args: ImportArgs) -> anyhow::Result<ExitCode> {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use super::Problem;
+use super::problem::Problem;
 
 /// The totals of one import, as `--json` prints them.
 #[derive(Debug, Default, Serialize)]
