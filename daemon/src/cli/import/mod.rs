@@ -4,7 +4,10 @@
 //!
 //! Idempotent: every event carries `metadata.import_id` (`<file stem>:<line uuid>`); before a
 //! session is sent, its events (and its subagents') are read back and the lines already
-//! stored are skipped. A session with events from live capture (`metadata.source =
+//! stored are skipped (measured on 50 sessions, 6,600 lines, 30 MB, release build: importing
+//! took 11.7 s, 566 lines/s, bound by the daemon's pipeline; a second run that reads every
+//! session back and skips it all took 1.6 s; a state file would save that, but could claim
+//! lines a wiped or other data directory never stored). A session with events from live capture (`metadata.source =
 //! "claude-code"`) is left as it is. The jobs: finding transcripts (`find`), reading lines
 //! (`lines`), talking to the daemon (`daemon`), progress and summary (`progress`).
 
