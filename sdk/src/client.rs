@@ -256,6 +256,23 @@ impl Client {
         })
     }
 
+    /// Sends an ingest at once and returns a future for its result, like
+    /// [`Client::append_pipelined`]: the daemon's pipeline takes a connection's ingests in the
+    /// order they were sent, while many are in flight (what `dstream import` needs to go
+    /// faster than one round trip and one sync per line).
+    pub fn ingest_pipelined(
+        &self,
+        params: &IngestParams,
+    ) -> Result<impl Future<Output = Result<IngestResult, Error>> + Send + 'static, Error> {
+        let params = serde_json::to_value(params).map_err(|e| Error::Protocol(e.to_string()))?;
+        let rx = self.start_request(methods::INGEST, params, None)?;
+        Ok(async move {
+            let value = rx.await.map_err(|_| Error::Closed)??;
+            serde_json::from_value(value)
+                .map_err(|e| Error::Protocol(format!("{}: {e}", methods::INGEST)))
+        })
+    }
+
     pub async fn hello(&self) -> Result<HelloResult, Error> {
         self.call(methods::HELLO, &json!({})).await
     }

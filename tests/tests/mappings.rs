@@ -265,6 +265,39 @@ fn claude_agent_sdk_unknown_and_malformed_messages_are_kept() {
     );
 }
 
+#[test]
+fn claude_code_transcript_unknown_and_malformed_lines_are_kept() {
+    // What `dstream import claude-code` sends is {transcript, entry[, error]}; a client may
+    // send anything under that source.
+    let t = |entry: Value| json!({"transcript": {"session_id": "s1", "line": 1, "import_id": "s1:L1"}, "entry": entry});
+    let cases = [
+        json!("just a string"),
+        json!([1, 2, 3]),
+        json!({}),
+        json!({"transcript": "x", "entry": 5}),
+        json!({"transcript": {"session_id": "../escape"}, "entry": {"type": "user"}}),
+        t(json!({"type": "user", "message": "nope"})),
+        t(
+            json!({"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": {}}, 7]}, "toolUseResult": "str"}),
+        ),
+        t(
+            json!({"type": "assistant", "message": {"id": 5, "usage": "x", "content": "text, not blocks"}}),
+        ),
+        t(
+            json!({"type": "assistant", "message": {"id": "m1", "usage": {"input_tokens": "many"}, "content": [{"type": "tool_use"}, 7, {"type": "image"}]}}),
+        ),
+        t(json!({"type": "system", "subtype": 5})),
+        t(json!({"type": "a type with spaces!"})),
+        json!({"transcript": {"session_id": "s1", "agent_id": "../x"}, "entry": {"type": "summary", "summary": 3}}),
+        json!({"transcript": {"session_id": "s1", "agent_id": "a1"}, "entry": "garbage {", "error": "not JSON"}),
+    ];
+    malformed(
+        "claude-code-transcript",
+        &cases,
+        "claude-code-transcript__unknown_and_malformed",
+    );
+}
+
 /// The final text of every text/reasoning part OpenCode reported (its update with
 /// `time.end`), by part id.
 fn final_part_texts(lines: &[Value]) -> HashMap<String, String> {

@@ -6,6 +6,7 @@ mod client_cmds;
 mod daemon_cmd;
 mod doctor;
 mod hook;
+mod import;
 mod inbox;
 mod install;
 mod output;
@@ -74,6 +75,8 @@ enum Command {
     Service(service::ServiceArgs),
     /// Check that dstream is set up and running, and say how to fix what is not.
     Doctor(doctor::DoctorArgs),
+    /// Import what agents already wrote: Claude Code transcripts, OpenCode sessions.
+    Import(import::ImportArgs),
 }
 
 #[derive(Args)]
@@ -133,6 +136,7 @@ pub fn main() -> ExitCode {
         Command::Uninstall(args) => install::uninstall(args),
         Command::Service(args) => service::run(args),
         Command::Doctor(args) => doctor::run(args),
+        Command::Import(args) => import::run(args),
     };
     match result {
         Ok(code) => code,

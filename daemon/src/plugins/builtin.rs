@@ -15,4 +15,8 @@ pub const FILES: &[(&str, &str)] = &[
         "claude-agent-sdk.lua",
         include_str!("../../../plugins/claude-agent-sdk.lua"),
     ),
+    (
+        "claude-code-transcript.lua",
+        include_str!("../../../plugins/claude-code-transcript.lua"),
+    ),
 ];
