@@ -5,23 +5,15 @@ use std::future::Future;
 use std::time::Duration;
 
 use dstream_sdk::Client;
-use dstream_sdk::protocol::{
-    HelloResult, PROTOCOL_VERSION, PluginsListResult, RelayStatusResult, methods,
-};
+use dstream_sdk::protocol::{HelloResult, PROTOCOL_VERSION, methods};
 
-use super::{Check, Context, VERSION, service};
+use super::report::{Answers, Check, Context, VERSION};
+use super::service;
 
 /// How long one question to the daemon may take: a daemon that is up answers in milliseconds.
 const ASK_TIMEOUT: Duration = Duration::from_secs(3);
 /// Stuck relay streams reported one by one; more are counted.
 const MAX_STREAM_LINES: usize = 5;
-
-/// The daemon's answers, asked once.
-pub struct Answers {
-    pub hello: HelloResult,
-    pub plugins: Result<PluginsListResult, String>,
-    pub relay: Result<RelayStatusResult, String>,
-}
 
 async fn within<T, E: std::fmt::Display>(
     what: &str,
@@ -53,7 +45,7 @@ fn start_fix() -> String {
 
 /// Checks 1: is the daemon up on the socket, and is it this version.
 pub fn ask(cx: &Context) -> (Option<Answers>, Vec<Check>) {
-    let runtime = match super::super::client::runtime() {
+    let runtime = match crate::cli::client::runtime() {
         Ok(r) => r,
         Err(e) => {
             return (
@@ -156,9 +148,12 @@ pub fn plugins(cx: &Context) -> Vec<Check> {
         let file = std::path::Path::new(&e.file);
         // The config file's errors are listed here too.
         let fix = if file.extension().is_some_and(|x| x == "lua") {
-            format!("dstream plugins check {}", super::sh(file))
+            format!("dstream plugins check {}", super::report::sh(file))
         } else {
-            format!("fix {}, then: dstream plugins reload", super::sh(file))
+            format!(
+                "fix {}, then: dstream plugins reload",
+                super::report::sh(file)
+            )
         };
         out.push(Check::fail(
             "plugins",
@@ -208,7 +203,7 @@ fn plugins_offline(cx: &Context) -> Vec<Check> {
             out.push(Check::fail(
                 "plugins",
                 format!("{} does not load: {e}", f.display()),
-                format!("dstream plugins check {}", super::sh(f)),
+                format!("dstream plugins check {}", super::report::sh(f)),
             ));
         }
     }

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::{Check, Context, sh};
+use super::report::{Check, Context, sh};
 
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
@@ -169,22 +169,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let c = private_dir("data_dir", dir.path(), true);
-        assert_eq!(c.status, super::super::Status::Fail);
+        assert_eq!(c.status, crate::cli::doctor::report::Status::Fail);
         assert!(c.detail.contains("0755"), "{}", c.detail);
         assert_eq!(c.fix.unwrap(), format!("chmod 700 {}", sh(dir.path())));
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
         assert_eq!(
             private_dir("data_dir", dir.path(), true).status,
-            super::super::Status::Ok
+            crate::cli::doctor::report::Status::Ok
         );
         let missing = dir.path().join("nope");
         assert_eq!(
             private_dir("data_dir", &missing, false).status,
-            super::super::Status::Warn
+            crate::cli::doctor::report::Status::Warn
         );
         assert_eq!(
             private_dir("data_dir", &missing, true).status,
-            super::super::Status::Fail
+            crate::cli::doctor::report::Status::Fail
         );
     }
 }

@@ -7,12 +7,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::super::install::claude_code::{read_settings, settings_file};
-use super::super::install::claude_events::CLAUDE_CORE_EVENTS;
-use super::super::install::claude_hooks::installed;
-use super::super::install::json::Json;
-use super::super::install::opencode;
-use super::{Check, Context, VERSION, sh};
+use super::report::{Check, Context, VERSION, sh};
+use crate::cli::install::claude_code::{read_settings, settings_file};
+use crate::cli::install::claude_events::CLAUDE_CORE_EVENTS;
+use crate::cli::install::claude_hooks::installed;
+use crate::cli::install::json::Json;
+use crate::cli::install::opencode;
 
 /// How long `<hook binary> --version` may take.
 const VERSION_TIMEOUT: Duration = Duration::from_secs(3);

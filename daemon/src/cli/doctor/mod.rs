@@ -9,6 +9,7 @@
 mod daemon;
 mod files;
 mod hooks;
+mod report;
 mod service;
 mod spool;
 
@@ -18,9 +19,9 @@ use std::process::ExitCode;
 use clap::Args;
 use dstream_daemon::Config;
 use dstream_daemon::config::DaemonFlags;
-use serde::Serialize;
 
 use super::client::print_json;
+use report::{Check, Context, Status};
 
 #[derive(Args)]
 pub struct DoctorArgs {
@@ -39,64 +40,6 @@ pub struct DoctorArgs {
     #[arg(long)]
     json: bool,
 }
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    Ok,
-    Warn,
-    Fail,
-}
-
-/// One line of the report.
-#[derive(Debug, Clone, Serialize)]
-pub struct Check {
-    pub name: &'static str,
-    pub status: Status,
-    pub detail: String,
-    /// The command (or the one edit) that fixes it; `None` when it is fine.
-    pub fix: Option<String>,
-}
-
-impl Check {
-    pub fn ok(name: &'static str, detail: impl Into<String>) -> Check {
-        Check {
-            name,
-            status: Status::Ok,
-            detail: detail.into(),
-            fix: None,
-        }
-    }
-
-    pub fn warn(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
-        Check {
-            name,
-            status: Status::Warn,
-            detail: detail.into(),
-            fix: Some(fix.into()),
-        }
-    }
-
-    pub fn fail(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
-        Check {
-            name,
-            status: Status::Fail,
-            detail: detail.into(),
-            fix: Some(fix.into()),
-        }
-    }
-}
-
-/// What every check may look at: the paths in force, and the daemon if it answered.
-pub struct Context {
-    pub config: Config,
-    pub socket: PathBuf,
-    pub data_dir: PathBuf,
-    pub daemon: Option<daemon::Answers>,
-}
-
-/// This CLI's version: what the daemon and the hooks' binaries should say too.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The configuration the daemon would run with (`Config::resolve`, as `dstream daemon`
 /// decides); a file that cannot be used is a failure, and the defaults stand in for it.
@@ -178,9 +121,4 @@ fn print_text(checks: &[Check]) {
         count(Status::Ok),
         if warn == 1 { "" } else { "s" },
     );
-}
-
-/// `path` as one shell word, for a fix to paste.
-pub fn sh(path: &std::path::Path) -> String {
-    super::install::shell::quote(&path.display().to_string())
 }

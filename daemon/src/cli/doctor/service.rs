@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use super::{Check, sh};
+use super::report::{Check, sh};
 
 /// The service's file, when it is installed (ours, at its place).
 pub fn installed() -> Option<PathBuf> {

@@ -6,7 +6,7 @@
 use std::io::BufRead;
 use std::path::Path;
 
-use super::{Check, Context, sh};
+use super::report::{Check, Context, sh};
 
 const OVERFLOW: &str = "overflow.jsonl";
 
