@@ -20,12 +20,36 @@ pub struct Config {
     pub redact: RedactConfig,
     pub checkpoints: CheckpointsConfig,
     pub relay: RelayConfig,
+    pub retention: RetentionConfig,
     /// The file this configuration was read from, if any (hot reload reads it again).
     #[serde(skip)]
     pub file: Option<PathBuf>,
     /// `--plugin-dir`: wins over `plugins.dir`, also when the file is read again.
     #[serde(skip)]
     pub plugin_dir_override: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionConfig {
+    pub compress_after: String,
+}
+
+impl RetentionConfig {
+    /// `compress_after` as a duration; `None` when it is "off" (checked at load).
+    pub fn compress_after(&self) -> Option<std::time::Duration> {
+        parse_duration_or_off(&self.compress_after).ok().flatten()
+    }
+}
+
+/// A duration such as "30m", "12h" or "7d", or "off".
+fn parse_duration_or_off(text: &str) -> Result<Option<std::time::Duration>, String> {
+    match text.trim() {
+        "off" => Ok(None),
+        t => humantime::parse_duration(t)
+            .map(Some)
+            .map_err(|e| format!("{e}: a duration such as \"12h\" or \"7d\", or \"off\"")),
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -336,6 +360,9 @@ impl Config {
         };
         if self.daemon.max_frame_bytes < 1024 {
             return bad("daemon.max_frame_bytes", "must be at least 1024");
+        }
+        if let Err(e) = parse_duration_or_off(&self.retention.compress_after) {
+            return bad("retention.compress_after", &e);
         }
         if self.daemon.max_connections == 0 {
             return bad("daemon.max_connections", "must be at least 1");

@@ -28,6 +28,7 @@
 mod agent_procs;
 pub mod autostart;
 pub(crate) mod checkpoint;
+mod compaction;
 pub(crate) mod component;
 pub mod config;
 pub(crate) mod config_feed;

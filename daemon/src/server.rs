@@ -139,6 +139,7 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
     )
     .map_err(StartError::Relay)?;
     components.add(relay.clone());
+    components.add(crate::compaction::Compaction::start(store.clone(), &config));
     // Last: what hooks spooled while no daemon ran goes through everything above.
     let spool = crate::spool::drain::SpoolDrain::start(
         store.clone(),

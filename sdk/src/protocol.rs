@@ -144,6 +144,8 @@ methods! {
     CheckpointResolve = CHECKPOINT_RESOLVE = "checkpoint.resolve";
     /// `checkpoint.list`: checkpoints, by state and session.
     CheckpointList = CHECKPOINT_LIST = "checkpoint.list";
+    /// `compress`: compresses a session's log now (zstd frames; reads stay the same).
+    Compress = COMPRESS = "compress";
 }
 
 impl std::fmt::Display for Method {
@@ -377,6 +379,27 @@ pub struct RepairResult {
     pub lost_lsns: Vec<(u64, u64)>,
     /// LSN of the `log.recovered` event the repair appended; appends continue after it.
     pub resumed_at: u64,
+}
+
+/// `compress` params: the session to compress now (up to its last synced event).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CompressParams {
+    pub session_id: String,
+}
+
+/// What `compress` did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompressResult {
+    pub session_id: String,
+    /// False when everything synced was compressed already.
+    pub compressed: bool,
+    /// The archive holds LSNs 1 to this.
+    pub upto_lsn: u64,
+    /// Log bytes the archive replaces, and its own size.
+    pub log_bytes: u64,
+    pub archive_bytes: u64,
+    /// Whether the file system took the replaced bytes back (some cannot punch holes).
+    pub freed: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -340,6 +340,47 @@ pub fn repair(args: RepairArgs) -> anyhow::Result<ExitCode> {
 }
 
 #[derive(Args)]
+pub struct CompressArgs {
+    /// The session to compress now (retention.compress_after does it by itself).
+    session: String,
+    #[command(flatten)]
+    opts: ClientOpts,
+}
+
+pub fn compress(args: CompressArgs) -> anyhow::Result<ExitCode> {
+    runtime()?.block_on(async {
+        let client = connect(&args.opts).await?;
+        let r: dstream_sdk::protocol::CompressResult = client
+            .call(
+                methods::COMPRESS,
+                &dstream_sdk::protocol::CompressParams {
+                    session_id: args.session.clone(),
+                },
+            )
+            .await?;
+        if args.opts.json {
+            print_json(&r)?;
+        } else if !r.compressed {
+            println!("{}: nothing new to compress", r.session_id);
+        } else {
+            println!(
+                "compressed {} up to lsn {}: {} of log in {} of archive{}",
+                r.session_id,
+                r.upto_lsn,
+                output::bytes(r.log_bytes),
+                output::bytes(r.archive_bytes),
+                if r.freed {
+                    ""
+                } else {
+                    " (this file system cannot free the log's compressed part)"
+                }
+            );
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+#[derive(Args)]
 pub struct QueryArgs {
     /// Only this session.
     #[arg(long)]

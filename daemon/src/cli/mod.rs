@@ -49,6 +49,8 @@ enum Command {
     Stats(client_cmds::StatsArgs),
     /// Move a quarantined session's damage aside and take appends again.
     Repair(client_cmds::RepairArgs),
+    /// Compress a session's log now (zstd; every read stays the same).
+    Compress(client_cmds::CompressArgs),
     /// List the checkpoints waiting for a decision.
     Pending(checkpoint_cmds::PendingArgs),
     /// Let a held tool call run (optionally with an edited input).
@@ -122,6 +124,7 @@ pub fn main() -> ExitCode {
         Command::Query(args) => client_cmds::query(args),
         Command::Stats(args) => client_cmds::stats(args),
         Command::Repair(args) => client_cmds::repair(args),
+        Command::Compress(args) => client_cmds::compress(args),
         Command::Plugins(args) => plugins_cmd::run(args),
         Command::Pending(args) => checkpoint_cmds::pending(args),
         Command::Approve(args) => checkpoint_cmds::approve(args),

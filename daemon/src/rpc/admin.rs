@@ -25,6 +25,36 @@ pub(super) fn hello(state: &DaemonState, caller: &Caller) -> RpcResult {
     })
 }
 
+/// Compresses a session now, off the async workers.
+pub(super) async fn compress(state: &DaemonState, raw: Option<&RawValue>) -> RpcResult {
+    let p: protocol::CompressParams = params(raw)?;
+    check_session_id(&p.session_id, "session_id")?;
+    let (store, id) = (state.store.clone(), p.session_id.clone());
+    let done = tokio::task::spawn_blocking(move || store.compress_blocking(&id))
+        .await
+        .map_err(|e| RpcError::new(codes::INTERNAL_ERROR, e.to_string()))?
+        .map_err(store_error)?;
+    let result = match done {
+        Some(c) => protocol::CompressResult {
+            session_id: p.session_id,
+            compressed: true,
+            upto_lsn: c.upto_lsn,
+            log_bytes: c.log_bytes,
+            archive_bytes: c.archive_bytes,
+            freed: c.freed,
+        },
+        None => protocol::CompressResult {
+            session_id: p.session_id,
+            compressed: false,
+            upto_lsn: 0,
+            log_bytes: 0,
+            archive_bytes: 0,
+            freed: false,
+        },
+    };
+    to_json(&result)
+}
+
 pub(super) async fn repair(state: &DaemonState, raw: Option<&RawValue>) -> RpcResult {
     let p: protocol::RepairParams = params(raw)?;
     check_session_id(&p.session_id, "session_id")?;

@@ -66,6 +66,7 @@ pub async fn dispatch(
         Method::Query => now(sessions::query(state, raw).await),
         Method::Stats => now(admin::stats(state)),
         Method::Repair => now(admin::repair(state, raw).await),
+        Method::Compress => now(admin::compress(state, raw).await),
         Method::Ingest => match storable::charge_parse(state, shape, charge) {
             Ok(charge) => match append::ingest(state, caller, raw, id, charge).await {
                 Ok(reply) => reply,

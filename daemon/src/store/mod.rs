@@ -17,7 +17,9 @@
 //! (per-session state), `open` + `recovery` (start-up), `repair`, `reader` (reads and queries),
 //! `record` (line format), `index`, `gaps`, `fsutil`, `error`.
 
+mod archive;
 mod commit;
+mod compress;
 mod error;
 mod files;
 mod fsutil;
@@ -41,6 +43,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock, mpsc};
 
 pub use commit::Ack;
+pub use compress::Compressed;
 pub use error::StoreError;
 pub use reader::{QueryFilter, ReadPage, read_range};
 pub use repair::RepairReport;

@@ -4,11 +4,13 @@
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use super::archive::{self, Archive};
 use super::error::StoreError;
 use super::fsutil::{self, save_range};
 use super::gaps::Gaps;
-use super::index::SparseIndex;
+use super::index::{IndexEntry, SparseIndex};
 use super::recovery::{self, Damage};
 use super::session::{Quarantine, SessionMeta, SessionState};
 use super::types::{RecoveryNote, StoreSettings};
@@ -275,20 +277,44 @@ pub(crate) fn recover_session(
         None
     });
     let gaps = Gaps::load(vfs, &path.with_extension("gaps")).map_err(ctx("reading a gaps file"))?;
-    let scan = recovery::scan(
+    // A compression that stopped before its rename left only a temporary file.
+    let zst = archive::path_for(&path);
+    let _ = vfs.remove(&zst.with_extension("zst.tmp"));
+    // The log's first part may be a hole now: its events are in the archive. An archive that
+    // cannot be read is the only copy of them: quarantine, never guess.
+    let archive = match Archive::open(vfs, &zst) {
+        Ok(a) => a.map(Arc::new),
+        Err(e) => {
+            tracing::error!(session = %id, error = %e, "the session's archive cannot be read");
+            return Err(StoreError::io("reading a session's archive", &e));
+        }
+    };
+    let floor = archive.as_ref().map(|a| IndexEntry {
+        lsn: a.footer.upto_lsn + 1,
+        offset: a.footer.covers_bytes,
+    });
+    let scan = recovery::scan_from(
         &*file,
         loaded.as_ref(),
         settings.verify_on_start,
         settings.index_interval_bytes,
         &gaps,
+        floor,
     )
     .map_err(ctx("scanning a log"))?;
-    let meta = SessionMeta {
+    let mut meta = SessionMeta {
         stream_id: scan.stream_id.clone(),
         first_ts: scan.first_ts,
         last_ts: scan.last_ts,
         bytes: scan.good_len,
     };
+    if let Some(a) = &archive {
+        meta.first_ts = a.footer.first_ts;
+        meta.last_ts = meta.last_ts.max(a.footer.last_ts);
+        if meta.stream_id.is_none() {
+            meta.stream_id = a.footer.stream_id.clone();
+        }
+    }
     let mut note = None;
     match scan.damage {
         Damage::Corrupt { reason, offset } => {
@@ -306,6 +332,7 @@ pub(crate) fn recover_session(
                 index: scan.index,
                 meta,
                 gaps,
+                archive,
             };
             return Ok(Recovered {
                 id: id.clone(),
@@ -348,6 +375,7 @@ pub(crate) fn recover_session(
         index: scan.index,
         meta,
         gaps,
+        archive,
     };
     Ok(Recovered {
         id,

@@ -38,7 +38,55 @@ pub fn read_range(
     if from_lsn > upto || limit == 0 {
         return Ok(Vec::new());
     }
-    let start = session.index.read().unwrap().seek(from_lsn);
+    // Held for the whole read: the log's first part may be freed once an archive holds it.
+    let archive = session.archive.read().unwrap();
+    let Some(a) = archive.as_deref() else {
+        return read_log(session, from_lsn, upto, limit, max_bytes, None);
+    };
+    let (upto_lsn, covers) = (a.footer.upto_lsn, a.footer.covers_bytes);
+    if from_lsn <= upto_lsn {
+        let mut out = a.read(&session.id, from_lsn, upto.min(upto_lsn), limit, max_bytes)?;
+        let bytes: usize = out.iter().map(EventJson::len).sum();
+        if upto <= upto_lsn || out.len() >= limit || bytes >= max_bytes {
+            return Ok(out);
+        }
+        let rest = read_log(
+            session,
+            upto_lsn + 1,
+            upto,
+            limit - out.len(),
+            max_bytes - bytes,
+            Some((upto_lsn + 1, covers)),
+        )?;
+        out.extend(rest);
+        return Ok(out);
+    }
+    read_log(
+        session,
+        from_lsn,
+        upto,
+        limit,
+        max_bytes,
+        Some((upto_lsn + 1, covers)),
+    )
+}
+
+/// [`read_range`] in the log itself; `floor` is where the log's readable part begins (the
+/// first LSN after the archive, and its offset), when an archive holds what comes before.
+fn read_log(
+    session: &Session,
+    from_lsn: u64,
+    upto: u64,
+    limit: usize,
+    max_bytes: usize,
+    floor: Option<(u64, u64)>,
+) -> Result<Vec<EventJson>, StoreError> {
+    let mut start = session.index.read().unwrap().seek(from_lsn);
+    if let Some((lsn, offset)) = floor
+        && start.offset < offset
+    {
+        start = super::index::IndexEntry { lsn, offset };
+    }
     let file = session
         .read_handle()
         .map_err(|e| StoreError::io("opening the log for reading", &e))?;

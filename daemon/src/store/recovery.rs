@@ -145,6 +145,7 @@ fn starting_point(
 }
 
 /// Scans a log. `loaded` is the index read from disk, if any; `interval` is the index spacing.
+#[cfg(test)]
 pub fn scan(
     file: &dyn VfsFile,
     loaded: Option<&SparseIndex>,
@@ -152,8 +153,42 @@ pub fn scan(
     interval: u64,
     gaps: &Gaps,
 ) -> io::Result<ScanResult> {
+    scan_from(file, loaded, verify_all, interval, gaps, None)
+}
+
+/// [`scan`] of a log whose part before `floor` (an LSN and its offset) an archive holds:
+/// nothing before it is read (it may be a hole).
+pub fn scan_from(
+    file: &dyn VfsFile,
+    loaded: Option<&SparseIndex>,
+    verify_all: bool,
+    interval: u64,
+    gaps: &Gaps,
+    floor: Option<IndexEntry>,
+) -> io::Result<ScanResult> {
     let file_len = file.len()?;
-    let mut index = starting_point(file, loaded, verify_all)?;
+    let mut index = match floor {
+        None => starting_point(file, loaded, verify_all)?,
+        Some(floor) => {
+            // Only the entries past the floor can be used; the floor itself is the start.
+            let above = loaded.map(|l| {
+                let mut kept = SparseIndex::default();
+                kept.push(floor);
+                for e in l.entries().iter().filter(|e| e.offset > floor.offset) {
+                    kept.push(*e);
+                }
+                kept
+            });
+            let from = starting_point(file, above.as_ref(), verify_all)?;
+            if from.last().is_some() {
+                from
+            } else {
+                let mut only = SparseIndex::default();
+                only.push(floor);
+                only
+            }
+        }
+    };
     let start = index.last().unwrap_or(IndexEntry { lsn: 1, offset: 0 });
 
     let mut reader = BufReader::with_capacity(

@@ -47,17 +47,22 @@ pub(crate) fn repair_log(
     let gaps_path = path.with_extension("gaps");
     let data = vfs.read(&path).map_err(ctx("reading the log to repair"))?;
     let old = Gaps::load(vfs, &gaps_path).map_err(ctx("reading a gaps file"))?;
+    // What an archive holds is not the log's to repair: the log is read (and rewritten) from
+    // where the archive ends, the part before it staying a hole.
+    let floor = super::archive::Archive::open(vfs, &super::archive::path_for(&path))
+        .map_err(ctx("reading the session's archive"))?
+        .map_or((0, 0), |a| (a.footer.covers_bytes, a.footer.upto_lsn));
 
     let mut kept = Vec::with_capacity(data.len());
     let mut bad = Vec::new();
     let mut kept_records = 0;
-    let mut last = 0u64;
+    let mut last = floor.1;
     let mut jumps = old.jumps.clone();
     let mut lost = Vec::new();
     let mut lines_after_prefix = 0u64;
     // The highest LSN any line may have carried, damaged ones included.
     let mut upper = 0u64;
-    let mut at = 0usize;
+    let mut at = (floor.0 as usize).min(data.len());
     while at < data.len() {
         let end = memchr::memchr(b'\n', &data[at..]).map_or(data.len(), |i| at + i + 1);
         let line = &data[at..end];
@@ -110,7 +115,7 @@ pub(crate) fn repair_log(
     let tmp = path.with_extension("jsonl.repair");
     vfs.open(&tmp, Open::Truncate)
         .and_then(|f| {
-            f.write_at(&kept, 0)?;
+            f.write_at(&kept, floor.0)?;
             f.sync()
         })
         .and_then(|()| vfs.rename(&tmp, &path))

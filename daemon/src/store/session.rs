@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+use super::archive::Archive;
 use super::files::FileCache;
 use super::gaps::Gaps;
 use super::index::SparseIndex;
@@ -29,6 +30,8 @@ pub struct SessionState {
     pub index: SparseIndex,
     pub meta: SessionMeta,
     pub gaps: Gaps,
+    /// The compressed form of the log's first part, if the session has one.
+    pub(crate) archive: Option<Arc<Archive>>,
 }
 
 /// Why a session takes no appends: its log holds damaged records after `offset`.
@@ -52,6 +55,10 @@ pub struct Session {
     /// up to an interval otherwise.
     durable: AtomicU64,
     pub(crate) index: RwLock<SparseIndex>,
+    /// The compressed form of the log's first part: reads up to its last LSN come from it.
+    /// Readers hold this lock while they read, so the compressor, which installs a new
+    /// archive under it before it frees the log's first part, never pulls bytes from under one.
+    pub(crate) archive: RwLock<Option<Arc<Archive>>>,
     pub(crate) meta: Mutex<SessionMeta>,
     /// Locked by the commit thread only.
     pub(crate) writer: Mutex<WriterState>,
@@ -80,6 +87,7 @@ impl Session {
             committed: AtomicU64::new(state.last_lsn),
             durable: AtomicU64::new(state.last_lsn),
             index: RwLock::new(state.index),
+            archive: RwLock::new(state.archive),
             meta: Mutex::new(state.meta),
             writer: Mutex::new(writer),
             files,

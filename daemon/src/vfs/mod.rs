@@ -45,6 +45,10 @@ pub trait VfsFile: Send + Sync {
     fn set_len(&self, len: u64) -> io::Result<()>;
     /// Makes the file's data and size durable.
     fn sync(&self) -> io::Result<()>;
+    /// Gives the space of `len` bytes at `offset` back to the file system, keeping the
+    /// file's length: those bytes read as zeros from then on. `Ok(false)` when the file system
+    /// cannot (then nothing changed).
+    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<bool>;
 }
 
 pub type VfsFileRef = Arc<dyn VfsFile>;
@@ -203,6 +207,36 @@ impl VfsFile for OsFile {
     fn sync(&self) -> io::Result<()> {
         // fdatasync: the size is data too; only timestamps are left to the kernel.
         self.0.sync_data()
+    }
+
+    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<bool> {
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::fd::AsRawFd;
+            let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+            // SAFETY: fallocate on an open descriptor; the range is plain numbers.
+            let rc = unsafe {
+                libc::fallocate(
+                    self.0.as_raw_fd(),
+                    mode,
+                    offset as libc::off_t,
+                    len as libc::off_t,
+                )
+            };
+            if rc == 0 {
+                return Ok(true);
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => Ok(false),
+                _ => Err(e),
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (offset, len);
+            Ok(false)
+        }
     }
 }
 

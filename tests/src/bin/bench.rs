@@ -1067,6 +1067,52 @@ impl Bench<'_> {
         tail.p99.map(|v| m.insert("tail/p99", v));
         seek.p50.map(|v| m.insert("seek/p50", v));
         seek.p99.map(|v| m.insert("seek/p99", v));
+
+        // Compressed: the same session as zstd frames, while a C=1 appender writes another.
+        eprintln!("bench: dstream: compress the {}-event session", o.events);
+        let (d, _) = s.start(FSYNC_ALWAYS)?;
+        let socket = s.socket();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let appender = {
+            let (socket, stop) = (socket.clone(), stop.clone());
+            std::thread::spawn(move || -> Result<Vec<u64>> {
+                let mut rpc = rpc::Rpc::connect(&socket)?;
+                let mut lat = Vec::new();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let t0 = std::time::Instant::now();
+                    rpc.call(
+                        "append",
+                        r#"{"session_id":"other","event":{"type":"bench.event","payload":{"pad":"x"}}}"#,
+                    )?;
+                    lat.push(t0.elapsed().as_nanos() as u64);
+                }
+                Ok(lat)
+            })
+        };
+        let t0 = std::time::Instant::now();
+        let done = rpc::Rpc::connect(&socket)?.call("compress", r#"{"session_id":"big"}"#);
+        let took = t0.elapsed();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut lat = appender
+            .join()
+            .map_err(|_| anyhow::anyhow!("the appender panicked"))??;
+        let done = done?;
+        eprintln!("bench:   {done} in {took:?}");
+        m.insert("compress/s", o.events as f64 / took.as_secs_f64());
+        pcts(&mut lat, 1e3)
+            .p99
+            .map(|v| m.insert("compress/append_p99", v));
+        let r = rpc::time_reads(&socket, "big", o.events, READ_REPEATS);
+        d.stop()?;
+        let mut r = r?;
+        let tail = pcts(&mut r.tail_ns, 1e6);
+        let seek = pcts(&mut r.seek_ns, 1e6);
+        tail.p50.map(|v| m.insert("ztail/p50", v));
+        seek.p50.map(|v| m.insert("zseek/p50", v));
+        m.insert(
+            "zdisk/mb",
+            dir_blocks(&s.data_dir().join("sessions")) as f64 / 1048576.0,
+        );
         drop(dir);
         sync_disk();
         Ok(())
@@ -1444,6 +1490,39 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
         get(theirs, "disk/mb"),
     );
     t.add(
+        format!(
+            "on-disk size of the {}-event session once compressed, MB (dstream: allocated blocks of log + index + archive; ref: as above)",
+            o.events
+        ),
+        get(ours, "zdisk/mb"),
+        get(theirs, "disk/mb"),
+        Better::Lower,
+    );
+    t.add(
+        "compressed: read last 100 events p50 ms (reference column: dstream, the same session uncompressed)",
+        get(ours, "ztail/p50"),
+        get(ours, "tail/p50"),
+        Better::Lower,
+    );
+    t.add(
+        "compressed: seek to a random LSN p50 ms (reference column: dstream, uncompressed)",
+        get(ours, "zseek/p50"),
+        get(ours, "seek/p50"),
+        Better::Lower,
+    );
+    t.add(
+        "compression rate, events/s (`dstream compress` of the whole session)",
+        get(ours, "compress/s"),
+        None,
+        Better::Higher,
+    );
+    t.add(
+        "append p99 µs at C=1 on another session while it compresses (fsync=always)",
+        get(ours, "compress/append_p99"),
+        None,
+        Better::Lower,
+    );
+    t.add(
         "dstream stored bytes per 256-B event (`stats` bytes_written / appends)",
         get(ours, "bytes/event"),
         None,
@@ -1558,6 +1637,20 @@ fn ms(ns: &[u64]) -> Vec<f64> {
 }
 
 /// Sum of the lengths of the files under `dir` (apparent size).
+/// Bytes the files under `dir` take on disk (allocated blocks: holes do not count).
+fn dir_blocks(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .fold(0, |sum, e| match e.metadata() {
+            Ok(md) if md.is_dir() => sum + dir_blocks(&e.path()),
+            Ok(md) => sum + md.blocks() * 512,
+            Err(_) => sum,
+        })
+}
+
 fn dir_bytes(dir: &Path) -> u64 {
     std::fs::read_dir(dir)
         .into_iter()

@@ -153,6 +153,16 @@ impl VfsFile for SimFile {
         f.pending.clear();
         Ok(())
     }
+
+    /// As zeros written over the range (a hole reads as zeros; like a write, it is lost or
+    /// torn by a power failure before the next sync).
+    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<bool> {
+        let end = self.len()?.min(offset.saturating_add(len));
+        if end > offset {
+            self.write_at(&vec![0; (end - offset) as usize], offset)?;
+        }
+        Ok(true)
+    }
 }
 
 impl Vfs for SimVfs {
