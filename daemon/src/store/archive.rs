@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::StoreError;
 use super::record;
-use super::session::EventJson;
+use crate::event_json::EventJson;
 use crate::vfs::{Open, Vfs, VfsFile, VfsFileRef};
 
 const MAGIC: &[u8; 8] = b"DSTRZST1";

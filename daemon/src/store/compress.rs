@@ -12,18 +12,7 @@ use std::sync::Arc;
 use super::Store;
 use super::archive::{self, Archive};
 use super::error::StoreError;
-
-/// What one compression did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Compressed {
-    /// The archive now holds LSNs 1 to this.
-    pub upto_lsn: u64,
-    /// Log bytes it replaces, and its own size.
-    pub log_bytes: u64,
-    pub archive_bytes: u64,
-    /// Whether the file system took the replaced bytes back (a hole); some cannot.
-    pub freed: bool,
-}
+use super::types::Compressed;
 
 impl Store {
     /// Compresses session `id` up to its last synced LSN. Blocking: call it off the async

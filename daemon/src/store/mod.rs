@@ -43,14 +43,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock, mpsc};
 
 pub use commit::Ack;
-pub use compress::Compressed;
 pub use error::StoreError;
 pub use reader::{QueryFilter, ReadPage, read_range};
 pub use repair::RepairReport;
 pub use session::{EventJson, Quarantine, Session, SessionMeta, SessionState};
 pub use types::{
-    AppendAck, BeforeAppend, MAX_LABEL_LEN, NewEventRaw, RecoveryNote, StoreSettings, StoreStats,
-    validate_event,
+    AppendAck, BeforeAppend, Compressed, MAX_LABEL_LEN, NewEventRaw, RecoveryNote, StoreSettings,
+    StoreStats, validate_event,
 };
 
 use crate::vfs::{Vfs, VfsLock};
