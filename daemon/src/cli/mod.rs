@@ -8,6 +8,7 @@ mod doctor;
 mod hook;
 mod inbox;
 mod install;
+mod lifecycle_cmds;
 mod output;
 mod plugins_cmd;
 mod relay_cmd;
@@ -48,6 +49,10 @@ enum Command {
     Stats(client_cmds::StatsArgs),
     /// Move a quarantined session's damage aside and take appends again.
     Repair(client_cmds::RepairArgs),
+    /// Start a new session from another's events up to an LSN.
+    Fork(lifecycle_cmds::ForkArgs),
+    /// Delete the sessions past `retention.delete_after` now (`--dry-run`: list them).
+    Gc(lifecycle_cmds::GcArgs),
     /// List the checkpoints waiting for a decision.
     Pending(checkpoint_cmds::PendingArgs),
     /// Let a held tool call run (optionally with an edited input).
@@ -119,6 +124,8 @@ pub fn main() -> ExitCode {
         Command::Query(args) => client_cmds::query(args),
         Command::Stats(args) => client_cmds::stats(args),
         Command::Repair(args) => client_cmds::repair(args),
+        Command::Fork(args) => lifecycle_cmds::fork(args),
+        Command::Gc(args) => lifecycle_cmds::gc(args),
         Command::Plugins(args) => plugins_cmd::run(args),
         Command::Pending(args) => checkpoint_cmds::pending(args),
         Command::Approve(args) => checkpoint_cmds::approve(args),

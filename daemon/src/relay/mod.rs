@@ -140,6 +140,24 @@ impl Relay {
         config.enabled()
     }
 
+    /// Events of `session` the remote stream does not hold yet, as (acked, local) LSNs, when
+    /// the relay is on and relays it (retention keeps such a session). Blocking: reads the
+    /// session's ledger. A closed stream takes nothing more, so it holds nothing back.
+    pub fn unrelayed(&self, session: &crate::store::Session) -> Option<(u64, u64)> {
+        let settings = self.shared.settings();
+        if !settings.config.enabled() || !relayable(&settings.config.sessions, &session.id) {
+            return None;
+        }
+        let ledger = self
+            .shared
+            .ledgers
+            .load(&session.id)
+            .unwrap_or_default()
+            .for_target(&settings.target);
+        let local = session.committed_lsn();
+        (!ledger.closed && ledger.acked_lsn < local).then_some((ledger.acked_lsn, local))
+    }
+
     /// `relay.status`.
     pub async fn status(&self) -> RelayStatusResult {
         let settings = self.shared.settings.borrow().clone();
