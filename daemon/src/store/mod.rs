@@ -30,6 +30,8 @@ mod lifecycle;
 mod open;
 #[cfg(test)]
 pub(crate) mod power_loss;
+#[cfg(test)]
+mod power_loss_lifecycle;
 mod reader;
 pub mod record;
 mod recovery;
