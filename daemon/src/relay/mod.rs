@@ -158,6 +158,14 @@ impl Relay {
         (!ledger.closed && ledger.acked_lsn < local).then_some((ledger.acked_lsn, local))
     }
 
+    /// A session that appeared without an append (a fork): its stream starts now, as a full
+    /// stream of its own, rather than at its next event.
+    pub fn session_added(&self, session: &str, last_lsn: u64) {
+        if self.shared.settings().remote.is_some() {
+            self.shared.committed(&Arc::from(session), last_lsn);
+        }
+    }
+
     /// `relay.status`.
     pub async fn status(&self) -> RelayStatusResult {
         let settings = self.shared.settings.borrow().clone();

@@ -22,6 +22,7 @@ pub(super) async fn fork(state: &DaemonState, raw: Option<&RawValue>) -> RpcResu
         .fork(&p.session_id, p.at_lsn, &new)
         .await
         .map_err(store_error)?;
+    state.relay.session_added(&r.session_id, r.last_lsn);
     let stream_id = state
         .store
         .get(&r.session_id)
