@@ -175,3 +175,53 @@ fn the_daemon_applies_delete_after_by_itself_and_off_refuses_gc() {
     assert_eq!(e.code, codes::INVALID_PARAMS);
     assert!(e.message.contains("delete_after"), "{e}");
 }
+
+/// A spooled event for a deleted session (a hook wrote it while no daemon ran) is kept aside
+/// with the reason, and the rest of the spool is drained: it never holds the spool up.
+#[test]
+fn a_spooled_event_for_a_deleted_session_is_set_aside_not_retried_for_ever() {
+    let mut d = Daemon::start_with("");
+    let mut c = d.client();
+    c.append("old", "user.input", json!({}));
+    d.stop();
+    std::fs::write(
+        d.sessions_dir().join("old.gone"),
+        br#"{"session_id":"old","deleted_at_ms":1,"reason":"retention: test","last_lsn":1,"last_ts":1,"bytes_freed":10}"#,
+    )
+    .unwrap();
+    let spool = d.data_dir().join("spool");
+    std::fs::create_dir_all(&spool).unwrap();
+    for (name, session) in [
+        ("00000000000000000001-hook-1-0.jsonl", "old"),
+        ("00000000000000000002-hook-1-0.jsonl", "new"),
+    ] {
+        let rec = json!({"v": 1, "received_ms": 1_700_000_000_000u64, "source": "claude-code",
+            "session_id": session, "event": {"session_id": session,
+            "hook_event_name": "UserPromptSubmit", "prompt": "hi", "cwd": "/tmp"}});
+        std::fs::write(spool.join(name), format!("{rec}\n")).unwrap();
+    }
+    d.restart();
+    let mut c = d.client();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while c.call("read", json!({"session_id": "new"})).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the spool was held up"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        c.err("read", json!({"session_id": "old"})).code,
+        codes::SESSION_GONE
+    );
+    let aside: Vec<_> = std::fs::read_dir(spool.join("damaged"))
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect();
+    assert!(
+        aside
+            .iter()
+            .any(|t| t.contains("was deleted") && t.contains("UserPromptSubmit")),
+        "{aside:?}"
+    );
+}

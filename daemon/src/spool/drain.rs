@@ -325,6 +325,8 @@ impl Drainer {
     ) -> Result<(), Halt> {
         let (tx, rx) = mpsc::channel();
         let mut sent = 0;
+        // Each record's event, to keep aside if its session turns out deleted by retention.
+        let mut texts = std::collections::HashMap::new();
         for (index, record) in batch {
             let spool_id = journal::spool_id(name, index);
             let mut session_id = record.session_id;
@@ -347,6 +349,7 @@ impl Drainer {
                     continue;
                 }
             }
+            texts.insert(index, event.get().to_string());
             let tx = tx.clone();
             let ingest = Ingest {
                 client: SPOOL_CLIENT,
@@ -355,7 +358,7 @@ impl Drainer {
                 session_id,
                 reply_by_ms: None,
                 gone: None,
-                done: Box::new(move |r| drop(tx.send(r))),
+                done: Box::new(move |r| drop(tx.send((index, r)))),
                 spooled: Some(Spooled {
                     received_ms: record.received_ms,
                     spool_id,
@@ -369,11 +372,17 @@ impl Drainer {
         let mut failed = None;
         for _ in 0..sent {
             match rx.recv() {
-                Ok(Ok(_)) => {
+                Ok((_, Ok(_))) => {
                     self.stats.records.fetch_add(1, Ordering::Relaxed);
                 }
-                Ok(Err(IngestError::Stopped)) | Err(_) => return Err(Halt::Stopping),
-                Ok(Err(IngestError::Store(e))) => failed = Some(e.to_string()),
+                Ok((_, Err(IngestError::Stopped))) | Err(_) => return Err(Halt::Stopping),
+                // Its session was deleted by retention and takes nothing more: kept aside,
+                // with the event, rather than holding up the rest of the spool for ever.
+                Ok((index, Err(IngestError::Store(e @ crate::store::StoreError::Gone { .. })))) => {
+                    let text = texts.remove(&index).unwrap_or_default();
+                    self.set_aside(name, index, &format!("{e}\n{text}\n"));
+                }
+                Ok((_, Err(IngestError::Store(e)))) => failed = Some(e.to_string()),
             }
         }
         match failed {
