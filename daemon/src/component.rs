@@ -140,6 +140,23 @@ impl Component for Relay {
     }
 }
 
+impl Component for crate::retention::Retention {
+    fn name(&self) -> &'static str {
+        "retention"
+    }
+
+    fn reconfigure(&self, config: &Config) {
+        if self.config() != config.retention {
+            self.reconfigure(&config.retention);
+        }
+    }
+
+    fn stop(&self) -> Stopping<'_> {
+        crate::retention::Retention::stop(self);
+        Box::pin(async {})
+    }
+}
+
 impl Component for Watcher {
     fn name(&self) -> &'static str {
         "watch"

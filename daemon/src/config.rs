@@ -31,29 +31,6 @@ pub struct Config {
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RetentionConfig {
-    pub compress_after: String,
-}
-
-impl RetentionConfig {
-    /// `compress_after` as a duration; `None` when it is "off" (checked at load).
-    pub fn compress_after(&self) -> Option<std::time::Duration> {
-        parse_duration_or_off(&self.compress_after).ok().flatten()
-    }
-}
-
-/// A duration such as "30m", "12h" or "7d", or "off".
-fn parse_duration_or_off(text: &str) -> Result<Option<std::time::Duration>, String> {
-    match text.trim() {
-        "off" => Ok(None),
-        t => humantime::parse_duration(t)
-            .map(Some)
-            .map_err(|e| format!("{e}: a duration such as \"12h\" or \"7d\", or \"off\"")),
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct DaemonConfig {
     pub socket: PathBuf,
     pub data_dir: PathBuf,
@@ -214,6 +191,35 @@ pub const DEFAULT_SECRET_KEYS: &[&str] = &[
     "dsn",
 ];
 
+/// `[retention]`: sessions deleted once their last event is older than `delete_after`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionConfig {
+    pub compress_after: String,
+    pub delete_after: String,
+    pub every: String,
+}
+
+impl RetentionConfig {
+    /// `compress_after` as a duration; `None` when "off" (checked when the file was read).
+    pub fn compress_after(&self) -> Option<std::time::Duration> {
+        crate::util::duration::parse_or_off(&self.compress_after).unwrap_or(None)
+    }
+
+    /// `delete_after` as a duration; `None` when "off" (checked when the file was read).
+    pub fn delete_after(&self) -> Option<std::time::Duration> {
+        crate::util::duration::parse_or_off(&self.delete_after).unwrap_or(None)
+    }
+
+    /// How often retention runs while the daemon does (and once at start).
+    pub fn every(&self) -> std::time::Duration {
+        crate::util::duration::parse_or_off(&self.every)
+            .ok()
+            .flatten()
+            .unwrap_or(std::time::Duration::from_secs(3600))
+    }
+}
+
 /// `[relay]`: the mirror of every session on a remote Durable Streams server.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -361,7 +367,7 @@ impl Config {
         if self.daemon.max_frame_bytes < 1024 {
             return bad("daemon.max_frame_bytes", "must be at least 1024");
         }
-        if let Err(e) = parse_duration_or_off(&self.retention.compress_after) {
+        if let Err(e) = crate::util::duration::parse_or_off(&self.retention.compress_after) {
             return bad("retention.compress_after", &e);
         }
         if self.daemon.max_connections == 0 {
@@ -426,6 +432,14 @@ impl Config {
             return bad("subscriptions.heartbeat_ms", "must be at least 1");
         }
         self.validate_relay(path)?;
+        for (key, value) in [
+            ("retention.delete_after", &self.retention.delete_after),
+            ("retention.every", &self.retention.every),
+        ] {
+            if let Err(e) = crate::util::duration::parse_or_off(value) {
+                return bad(key, &e);
+            }
+        }
         if self.checkpoints.default_timeout_ms == 0 {
             return bad("checkpoints.default_timeout_ms", "must be at least 1");
         }
@@ -651,107 +665,5 @@ fn merge(base: &mut toml::Table, over: toml::Table) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn embedded_defaults_parse() {
-        let c = Config::default();
-        assert_eq!(c.store.fsync, FsyncPolicy::Always);
-        assert_eq!(c.daemon.max_frame_bytes, 16 * 1024 * 1024);
-        // The documented redaction defaults are the built-in ones.
-        assert_eq!(c.redact, RedactConfig::default());
-    }
-
-    #[test]
-    fn a_partial_file_overrides_only_its_keys() {
-        let c =
-            Config::from_toml_str("[store]\nfsync = \"interval\"\n", Path::new("x.toml")).unwrap();
-        assert_eq!(c.store.fsync, FsyncPolicy::Interval);
-        assert_eq!(
-            c.store.fsync_interval_ms,
-            Config::default().store.fsync_interval_ms
-        );
-    }
-
-    #[test]
-    fn errors_name_the_key_and_the_file() {
-        let e = Config::from_toml_str("[store]\nfsync = \"sometimes\"\n", Path::new("/etc/d.toml"))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("store.fsync") && e.contains("/etc/d.toml"),
-            "{e}"
-        );
-        let e = Config::from_toml_str("[store]\nfsyncc = 1\n", Path::new("/etc/d.toml"))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("key `store.fsyncc`") && e.contains("/etc/d.toml"),
-            "{e}"
-        );
-        let e = Config::from_toml_str("[stor]\nx = 1\n", Path::new("c.toml"))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("key `stor`"), "{e}");
-        let e = Config::from_toml_str("[read]\ndefault_limit = 0\n", Path::new("c.toml"))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("read.default_limit"), "{e}");
-    }
-
-    #[test]
-    fn relay_settings_are_checked_where_they_are_written() {
-        let err = |text: &str| {
-            Config::from_toml_str(text, Path::new("c.toml"))
-                .unwrap_err()
-                .to_string()
-        };
-        let e = err("[relay]\nurl = \"ftp://x/y\"\n");
-        assert!(e.contains("relay.url") && e.contains("http://"), "{e}");
-        let e = err("[relay]\nurl = \"http://exa mple/v1\"\n");
-        assert!(e.contains("relay.url") && e.contains("not a URL"), "{e}");
-        let e = err("[relay]\nprefix = \"my laptop\"\n");
-        assert!(e.contains("relay.prefix"), "{e}");
-        let e = err("[relay]\nprefix = \"..\"\n");
-        assert!(e.contains("relay.prefix"), "{e}");
-        let c = Config::from_toml_str(
-            "[relay]\nurl = \"https://s.example/v1/stream\"\nprefix = \"lap-top_1.home\"\n",
-            Path::new("c.toml"),
-        )
-        .unwrap();
-        assert!(c.relay.enabled());
-        assert_eq!(c.relay.prefix(), "lap-top_1.home");
-        // A secret comes from a variable or a file, never both, and the file is named whole.
-        let e = err("[relay]\ntoken_env = \"T\"\ntoken_file = \"/run/t\"\n");
-        assert!(
-            e.contains("relay.token_env") && e.contains("relay.token_file"),
-            "{e}"
-        );
-        let e = err("[relay]\napproval_key_env = \"K\"\napproval_key_file = \"/run/k\"\n");
-        assert!(
-            e.contains("relay.approval_key_env") && e.contains("relay.approval_key_file"),
-            "{e}"
-        );
-        let e = err("[relay]\ntoken_file = \"~/token\"\n");
-        assert!(
-            e.contains("relay.token_file") && e.contains("absolute"),
-            "{e}"
-        );
-        let e = err("[relay]\napproval_key_file = \"key\"\n");
-        assert!(
-            e.contains("relay.approval_key_file") && e.contains("absolute"),
-            "{e}"
-        );
-        let c = Config::from_toml_str(
-            "[relay]\ntoken_file = \"/run/t\"\napproval_key_file = \"/run/k\"\n",
-            Path::new("c.toml"),
-        )
-        .unwrap();
-        assert_eq!(c.relay.token_file, Path::new("/run/t"));
-        assert_eq!(c.relay.approval_key_file, Path::new("/run/k"));
-        // The default prefix, the host name, is always a usable segment.
-        let p = Config::default().relay.prefix();
-        assert!(is_path_segment(&p), "{p:?}");
-    }
-}
+#[path = "config_tests.rs"]
+mod tests;

@@ -45,6 +45,7 @@ pub(crate) mod pipeline;
 pub(crate) mod plugins;
 pub(crate) mod redact;
 pub(crate) mod relay;
+pub(crate) mod retention;
 mod rpc;
 pub mod server;
 mod slots;

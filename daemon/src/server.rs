@@ -140,6 +140,13 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
     .map_err(StartError::Relay)?;
     components.add(relay.clone());
     components.add(crate::compaction::Compaction::start(store.clone(), &config));
+    let retention = crate::retention::Retention::start(
+        store.clone(),
+        checkpoints.clone(),
+        relay.clone(),
+        &config.retention,
+    );
+    components.add(retention.clone());
     // Last: what hooks spooled while no daemon ran goes through everything above.
     let spool = crate::spool::drain::SpoolDrain::start(
         store.clone(),
@@ -171,6 +178,7 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
         pipeline,
         checkpoints,
         relay,
+        retention,
         spool,
         stats: Default::default(),
         started,

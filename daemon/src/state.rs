@@ -38,6 +38,8 @@ pub struct DaemonState {
     pub pipeline: Arc<Pipeline>,
     pub checkpoints: Arc<Checkpoints>,
     pub relay: Arc<crate::relay::Relay>,
+    /// Deletes sessions past `retention.delete_after`.
+    pub retention: Arc<crate::retention::Retention>,
     /// Drains what hooks spooled while no daemon ran.
     pub(crate) spool: Arc<crate::spool::drain::SpoolDrain>,
     pub stats: ServerStats,

@@ -69,6 +69,14 @@ impl Client {
         self.runtime.block_on(self.inner.sessions())
     }
 
+    pub fn sessions_all(&self) -> Result<SessionsListResult, Error> {
+        self.runtime.block_on(self.inner.sessions_all())
+    }
+
+    pub fn gc(&self, dry_run: bool) -> Result<GcResult, Error> {
+        self.runtime.block_on(self.inner.gc(dry_run))
+    }
+
     pub fn session(&self, session_id: &str) -> Result<SessionInfo, Error> {
         self.runtime.block_on(self.inner.session(session_id))
     }
@@ -79,6 +87,16 @@ impl Client {
 
     pub fn repair(&self, session_id: &str) -> Result<RepairResult, Error> {
         self.runtime.block_on(self.inner.repair(session_id))
+    }
+
+    pub fn fork(
+        &self,
+        session_id: &str,
+        at_lsn: u64,
+        new_session_id: Option<&str>,
+    ) -> Result<ForkResult, Error> {
+        self.runtime
+            .block_on(self.inner.fork(session_id, at_lsn, new_session_id))
     }
 
     pub fn stats(&self) -> Result<StatsResult, Error> {

@@ -329,6 +329,18 @@ impl Client {
         Ok(r.sessions)
     }
 
+    /// Every session, and the tombstones of deleted ones.
+    pub async fn sessions_all(&self) -> Result<SessionsListResult, Error> {
+        self.call(methods::SESSIONS_LIST, &SessionsListParams { all: true })
+            .await
+    }
+
+    /// Deletes the sessions past `retention.delete_after` now, or (`dry_run`) says which
+    /// would go and which are kept, and why.
+    pub async fn gc(&self, dry_run: bool) -> Result<GcResult, Error> {
+        self.call(methods::GC, &GcParams { dry_run }).await
+    }
+
     pub async fn session(&self, session_id: &str) -> Result<SessionInfo, Error> {
         self.call(
             methods::SESSIONS_GET,
@@ -350,6 +362,26 @@ impl Client {
             methods::REPAIR,
             &RepairParams {
                 session_id: session_id.into(),
+            },
+        )
+        .await
+    }
+
+    /// Forks `session_id` at `at_lsn` into a new session (named `new_session_id`, or
+    /// `<session_id>.fork-<ulid>`): its events 1..=at_lsn are the parent's, its next append
+    /// takes at_lsn + 1.
+    pub async fn fork(
+        &self,
+        session_id: &str,
+        at_lsn: u64,
+        new_session_id: Option<&str>,
+    ) -> Result<ForkResult, Error> {
+        self.call(
+            methods::FORK,
+            &ForkParams {
+                session_id: session_id.into(),
+                at_lsn,
+                new_session_id: new_session_id.map(Into::into),
             },
         )
         .await

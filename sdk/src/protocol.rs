@@ -62,6 +62,11 @@ pub mod codes {
     pub const TOO_MANY_CONNECTIONS: i64 = -32014;
     /// This connection holds its limit of subscriptions or waiting `checkpoint.await`s.
     pub const CONNECTION_LIMIT: i64 = -32015;
+    /// `fork` named a new session id that already exists (has events or a log).
+    pub const SESSION_EXISTS: i64 = -32016;
+    /// The session was deleted (by retention); `data` says when (`deleted_at_ms`) and why
+    /// (`reason`). Its id takes no appends.
+    pub const SESSION_GONE: i64 = -32017;
 }
 
 /// Declares the method names once: a constant each in [`methods`], and the [`Method`] enum
@@ -124,6 +129,10 @@ methods! {
     Query = QUERY = "query";
     /// `repair`: moves a quarantined session's damage aside and reopens it.
     Repair = REPAIR = "repair";
+    /// `fork`: a new session whose first events are another's, up to an LSN.
+    Fork = FORK = "fork";
+    /// `gc`: deletes the sessions past `retention.delete_after` now (or says which would go).
+    Gc = GC = "gc";
     /// `stats`: the daemon's counters.
     Stats = STATS = "stats";
     /// `ingest`: a raw agent event, through the plugin pipeline.
@@ -356,6 +365,93 @@ pub struct SessionInfo {
     /// Set when the session's log is damaged: it takes no appends until `repair`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quarantined: Option<QuarantineInfo>,
+    /// For a fork: the session it was forked from...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<String>,
+    /// ...and the LSN it was forked at (its events up to here are the parent's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork_lsn: Option<u64>,
+}
+
+// ---- gc ----
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct GcParams {
+    /// Only say what would be deleted.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// A session past `retention.delete_after`: deleted (or to be, in a dry run), or kept.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GcSession {
+    pub session_id: String,
+    /// The timestamp of its last event (what its age is measured by).
+    pub last_ts: u64,
+    pub last_lsn: u64,
+    pub bytes: u64,
+    /// For a kept session: why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_because: Option<String>,
+}
+
+/// What `gc` did, or would do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GcResult {
+    pub dry_run: bool,
+    /// `retention.delete_after` as configured.
+    pub delete_after: String,
+    /// Sessions whose last event is older than this (ms since the epoch) are past it.
+    pub cutoff_ms: u64,
+    /// Deleted (or, in a dry run, to be deleted).
+    pub deleted: Vec<GcSession>,
+    /// Past the cutoff but kept, each with its reason.
+    pub kept: Vec<GcSession>,
+    /// Bytes of the deleted sessions' logs.
+    pub total_bytes: u64,
+}
+
+/// A deleted session's tombstone, as `sessions.list` with `all` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GoneInfo {
+    pub session_id: String,
+    pub deleted_at_ms: u64,
+    pub reason: String,
+    pub last_lsn: u64,
+    pub last_ts: u64,
+    pub bytes_freed: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SessionsListParams {
+    /// Also list deleted sessions (their tombstones).
+    #[serde(default)]
+    pub all: bool,
+}
+
+// ---- fork ----
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ForkParams {
+    /// The session to fork.
+    pub session_id: String,
+    /// Its events 1..=at_lsn become the fork's; the fork's next append takes at_lsn + 1.
+    pub at_lsn: u64,
+    /// The new session's id; by default `<session_id>.fork-<ulid>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_session_id: Option<String>,
+}
+
+/// What `fork` made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ForkResult {
+    pub session_id: String,
+    pub forked_from: String,
+    pub fork_lsn: u64,
+    /// The fork's lineage: its parent's.
+    pub stream_id: String,
+    /// Bytes of the parent's log copied.
+    pub bytes: u64,
 }
 
 // ---- repair ----
@@ -405,6 +501,9 @@ pub struct CompressResult {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SessionsListResult {
     pub sessions: Vec<SessionInfo>,
+    /// Deleted sessions, when asked for with `all`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gone: Vec<GoneInfo>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -39,6 +39,8 @@ pub mod codes {
     pub const SESSION_NOT_FOUND: i64 = -32002;
     pub const FRAME_TOO_LARGE: i64 = -32003;
     pub const SESSION_QUARANTINED: i64 = -32005;
+    pub const SESSION_EXISTS: i64 = -32016;
+    pub const SESSION_GONE: i64 = -32017;
 }
 
 /// Path of the `dstream` binary: `$DSTREAM_BIN`, else `<target>/<profile>/dstream` next to the

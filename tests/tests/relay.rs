@@ -568,3 +568,63 @@ fn under_fsync_interval_only_synced_events_leave_the_machine() {
     wait_relayed(&d, "iv");
     assert_remote_equals_local(&d, &server.base_url(), "iv");
 }
+
+/// A fork is a session of its own: the relay sends it as a full stream (its parent's events
+/// 1..=k and then its own) without waiting for its first append.
+#[test]
+fn a_fork_is_relayed_as_a_full_stream_at_once() {
+    let server = RemoteServer::start(ServerKind::Rust);
+    let d = Daemon::start_with(&relay_config(&server.base_url(), ""));
+    let mut c = d.client();
+    for i in 0..10 {
+        c.append("par", "user.input", json!({"i": i}));
+    }
+    wait_relayed(&d, "par");
+    c.ok(
+        "fork",
+        json!({"session_id": "par", "at_lsn": 6, "new_session_id": "kid"}),
+    );
+    let st = wait_relayed(&d, "kid");
+    assert_eq!(st["acked_lsn"], 6, "{st}");
+    assert_remote_equals_local(&d, &server.base_url(), "kid");
+    c.append("kid", "user.input", json!({"own": true}));
+    wait_relayed(&d, "kid");
+    assert_remote_equals_local(&d, &server.base_url(), "kid");
+}
+
+/// Retention keeps a session whose tail the remote stream does not hold yet, and deletes
+/// nothing remote when it deletes a relayed one.
+#[test]
+fn retention_keeps_an_unrelayed_tail_and_deletes_nothing_remote() {
+    let mut server = RemoteServer::start(ServerKind::Rust);
+    let d = Daemon::start_with(&relay_config(
+        &server.base_url(),
+        "[retention]\ndelete_after = \"1s\"",
+    ));
+    let mut c = d.client();
+    c.append("sent", "user.input", json!({}));
+    wait_relayed(&d, "sent");
+    server.stop();
+    c.append("held", "user.input", json!({}));
+    std::thread::sleep(Duration::from_millis(1500));
+    let r = c.ok("gc", json!({}));
+    let ids = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["session_id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(ids(&r["deleted"]), ["sent"], "{r}");
+    assert_eq!(ids(&r["kept"]), ["held"], "{r}");
+    assert!(
+        r["kept"][0]["kept_because"]
+            .as_str()
+            .unwrap()
+            .contains("not relayed"),
+        "{r}"
+    );
+    server.start_again();
+    let remote = read_stream(&format!("{}/{PREFIX}/sent", server.base_url()));
+    assert_eq!(remote.messages.len(), 1, "the remote stream is untouched");
+}

@@ -413,6 +413,11 @@ impl Checkpoints {
         (out, total)
     }
 
+    /// Pending (and recording) checkpoints of `session` (retention keeps such a session).
+    pub fn pending_in(&self, session: &str) -> usize {
+        self.table.lock().unwrap().pending_in(session)
+    }
+
     /// Pending (and recording) checkpoints.
     pub fn pending_count(&self) -> usize {
         self.table.lock().unwrap().pending_count()

@@ -266,6 +266,14 @@ impl Table {
             .collect()
     }
 
+    /// Pending (and recording) checkpoints of one session.
+    pub fn pending_in(&self, session: &str) -> usize {
+        self.entries
+            .values()
+            .filter(|e| e.info.is_pending() && &*e.info.session_id == session)
+            .count()
+    }
+
     /// Pending (and recording) checkpoints.
     pub fn pending_count(&self) -> usize {
         self.entries

@@ -223,6 +223,9 @@ fn tracing_note(msg: &str) {
 
 #[derive(Args)]
 pub struct SessionsArgs {
+    /// Also list deleted sessions (their tombstones).
+    #[arg(long)]
+    all: bool,
     #[command(flatten)]
     opts: ClientOpts,
 }
@@ -256,7 +259,9 @@ fn spool_line(s: &SpoolStats) -> String {
 pub fn sessions(args: SessionsArgs) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
         let client = connect(&args.opts).await?;
-        let sessions = client.sessions().await?;
+        let list = client.sessions_all().await?;
+        let sessions = list.sessions;
+        let gone = if args.all { list.gone } else { Vec::new() };
         // Events still in the spool belong to sessions not listed (or not complete) yet.
         if !args.opts.json
             && let Ok(stats) = client.call_raw(methods::STATS, serde_json::json!({})).await
@@ -270,7 +275,21 @@ pub fn sessions(args: SessionsArgs) -> anyhow::Result<ExitCode> {
             for s in &sessions {
                 print_json(s)?;
             }
+            for g in &gone {
+                print_json(&serde_json::json!({"gone": g}))?;
+            }
             return Ok(ExitCode::SUCCESS);
+        }
+        for g in &gone {
+            println!(
+                "GONE {}: deleted {} ({}); had {} events, last {}, {} freed",
+                g.session_id,
+                output::time(g.deleted_at_ms),
+                g.reason,
+                g.last_lsn,
+                output::time(g.last_ts),
+                output::bytes(g.bytes_freed)
+            );
         }
         if sessions.is_empty() {
             println!("no sessions");
@@ -292,6 +311,14 @@ pub fn sessions(args: SessionsArgs) -> anyhow::Result<ExitCode> {
                 s.last_lsn,
                 output::bytes(s.bytes),
                 output::time(s.last_ts)
+            );
+        }
+        for s in sessions.iter().filter(|s| s.forked_from.is_some()) {
+            println!(
+                "FORK {}: of {} at lsn {}",
+                s.session_id,
+                s.forked_from.as_deref().unwrap_or_default(),
+                s.fork_lsn.unwrap_or_default()
             );
         }
         let damaged: Vec<_> = sessions.iter().filter(|s| s.quarantined.is_some()).collect();

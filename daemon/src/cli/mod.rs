@@ -9,6 +9,7 @@ mod hook;
 mod import;
 mod inbox;
 mod install;
+mod lifecycle_cmds;
 mod output;
 mod plugins_cmd;
 mod relay_cmd;
@@ -51,6 +52,10 @@ enum Command {
     Repair(client_cmds::RepairArgs),
     /// Compress a session's log now (zstd; every read stays the same).
     Compress(client_cmds::CompressArgs),
+    /// Start a new session from another's events up to an LSN.
+    Fork(lifecycle_cmds::ForkArgs),
+    /// Delete the sessions past `retention.delete_after` now (`--dry-run`: list them).
+    Gc(lifecycle_cmds::GcArgs),
     /// List the checkpoints waiting for a decision.
     Pending(checkpoint_cmds::PendingArgs),
     /// Let a held tool call run (optionally with an edited input).
@@ -125,6 +130,8 @@ pub fn main() -> ExitCode {
         Command::Stats(args) => client_cmds::stats(args),
         Command::Repair(args) => client_cmds::repair(args),
         Command::Compress(args) => client_cmds::compress(args),
+        Command::Fork(args) => lifecycle_cmds::fork(args),
+        Command::Gc(args) => lifecycle_cmds::gc(args),
         Command::Plugins(args) => plugins_cmd::run(args),
         Command::Pending(args) => checkpoint_cmds::pending(args),
         Command::Approve(args) => checkpoint_cmds::approve(args),

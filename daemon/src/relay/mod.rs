@@ -140,6 +140,32 @@ impl Relay {
         config.enabled()
     }
 
+    /// Events of `session` the remote stream does not hold yet, as (acked, local) LSNs, when
+    /// the relay is on and relays it (retention keeps such a session). Blocking: reads the
+    /// session's ledger. A closed stream takes nothing more, so it holds nothing back.
+    pub fn unrelayed(&self, session: &crate::store::Session) -> Option<(u64, u64)> {
+        let settings = self.shared.settings();
+        if !settings.config.enabled() || !relayable(&settings.config.sessions, &session.id) {
+            return None;
+        }
+        let ledger = self
+            .shared
+            .ledgers
+            .load(&session.id)
+            .unwrap_or_default()
+            .for_target(&settings.target);
+        let local = session.committed_lsn();
+        (!ledger.closed && ledger.acked_lsn < local).then_some((ledger.acked_lsn, local))
+    }
+
+    /// A session that appeared without an append (a fork): its stream starts now, as a full
+    /// stream of its own, rather than at its next event.
+    pub fn session_added(&self, session: &str, last_lsn: u64) {
+        if self.shared.settings().remote.is_some() {
+            self.shared.committed(&Arc::from(session), last_lsn);
+        }
+    }
+
     /// `relay.status`.
     pub async fn status(&self) -> RelayStatusResult {
         let settings = self.shared.settings.borrow().clone();

@@ -9,7 +9,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::caller::Caller;
 use super::wire::{Reply, RpcResult};
-use super::{admin, append, checkpoints, sessions, storable};
+use super::{admin, append, checkpoints, lifecycle, retention, sessions, storable};
 use crate::state::DaemonState;
 
 /// Carries out one request. `charge` is the request's share of the memory budget for
@@ -61,12 +61,14 @@ pub async fn dispatch(
             Err(e) => now(Err(e)),
         },
         Method::Unsubscribe => now(sessions::unsubscribe(caller, raw)),
-        Method::SessionsList => now(sessions::sessions_list(state)),
+        Method::SessionsList => now(sessions::sessions_list(state, raw)),
         Method::SessionsGet => now(sessions::sessions_get(state, raw)),
         Method::Query => now(sessions::query(state, raw).await),
         Method::Stats => now(admin::stats(state)),
         Method::Repair => now(admin::repair(state, raw).await),
         Method::Compress => now(admin::compress(state, raw).await),
+        Method::Fork => now(lifecycle::fork(state, raw).await),
+        Method::Gc => now(retention::gc(state, raw).await),
         Method::Ingest => match storable::charge_parse(state, shape, charge) {
             Ok(charge) => match append::ingest(state, caller, raw, id, charge).await {
                 Ok(reply) => reply,

@@ -85,6 +85,9 @@ pub(super) fn subscribe(
             ),
         ));
     }
+    if let Some(t) = state.store.gone(&p.session_id) {
+        return Err(store_error(t.error()));
+    }
     let session = state.store.session(&p.session_id);
     if session.quarantine_reason().is_some() {
         return Err(store_error(state.store.missing(&p.session_id)));
@@ -130,6 +133,8 @@ fn session_info(s: &Session) -> SessionInfo {
         durable_lsn: s.durable_lsn(),
         bytes: meta.bytes,
         quarantined: s.quarantine().map(quarantine_info),
+        forked_from: s.fork().map(|f| f.forked_from.clone()),
+        fork_lsn: s.fork().map(|f| f.fork_lsn),
     }
 }
 
@@ -141,14 +146,28 @@ fn quarantine_info(q: &crate::store::Quarantine) -> protocol::QuarantineInfo {
     }
 }
 
-pub(super) fn sessions_list(state: &DaemonState) -> RpcResult {
+pub(super) fn sessions_list(state: &DaemonState, raw: Option<&RawValue>) -> RpcResult {
+    let p: protocol::SessionsListParams = params(raw.filter(|r| r.get() != "null"))?;
     let sessions: Vec<SessionInfo> = state
         .store
         .sessions()
         .iter()
         .map(|s| session_info(s))
         .collect();
-    to_json(&protocol::SessionsListResult { sessions })
+    let gone = match p.all {
+        false => Vec::new(),
+        true => (state.store.tombstones().into_iter())
+            .map(|t| protocol::GoneInfo {
+                session_id: t.session_id,
+                deleted_at_ms: t.deleted_at_ms,
+                reason: t.reason,
+                last_lsn: t.last_lsn,
+                last_ts: t.last_ts,
+                bytes_freed: t.bytes_freed,
+            })
+            .collect(),
+    };
+    to_json(&protocol::SessionsListResult { sessions, gone })
 }
 
 pub(super) fn sessions_get(state: &DaemonState, raw: Option<&RawValue>) -> RpcResult {

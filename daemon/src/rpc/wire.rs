@@ -255,7 +255,16 @@ pub(super) fn check_session_id(id: &str, what: &str) -> Result<(), RpcError> {
 pub fn store_error(e: StoreError) -> RpcError {
     let code = match &e {
         StoreError::NotFound(_) => codes::SESSION_NOT_FOUND,
-        StoreError::NotQuarantined(_) => codes::INVALID_PARAMS,
+        StoreError::NotQuarantined(_) | StoreError::Refused(_) => codes::INVALID_PARAMS,
+        StoreError::Exists(_) => codes::SESSION_EXISTS,
+        StoreError::Gone {
+            deleted_at_ms,
+            reason,
+            ..
+        } => {
+            let data = serde_json::json!({"deleted_at_ms": deleted_at_ms, "reason": reason});
+            return RpcError::new(codes::SESSION_GONE, e.to_string()).with_data(data);
+        }
         StoreError::Quarantined { .. } => codes::SESSION_QUARANTINED,
         StoreError::Corrupt { .. } => codes::CORRUPT_RECORD,
         StoreError::ShuttingDown => codes::SHUTTING_DOWN,

@@ -377,9 +377,14 @@ impl Drainer {
                     self.stats.records.fetch_add(1, Ordering::Relaxed);
                 }
                 Ok((_, Err(IngestError::Stopped))) | Err(_) => return Err(Halt::Stopping),
-                // Its session takes nothing until repaired: the record waits aside, and the
-                // rest of the spool goes on.
-                Ok((index, Err(IngestError::Store(e @ StoreError::Quarantined { .. })))) => {
+                // Its session takes nothing (quarantined until repaired, or deleted by
+                // retention): the record waits aside, and the rest of the spool goes on.
+                Ok((
+                    index,
+                    Err(IngestError::Store(
+                        e @ (StoreError::Quarantined { .. } | StoreError::Gone { .. }),
+                    )),
+                )) => {
                     let line = kept.remove(&index).unwrap_or_default();
                     self.set_aside(name, index, &e.to_string(), &line);
                 }

@@ -19,6 +19,17 @@ pub enum StoreError {
     Failed { reason: String },
     #[error("session {0} not found")]
     NotFound(String),
+    #[error("session {session} was deleted at {}: {reason}", crate::util::time::rfc3339(*deleted_at_ms))]
+    Gone {
+        session: String,
+        deleted_at_ms: u64,
+        reason: String,
+    },
+    #[error("session {0} already exists")]
+    Exists(String),
+    /// A request the store will not carry out, and why.
+    #[error("{0}")]
+    Refused(String),
     #[error("session {0} is not quarantined; there is nothing to repair")]
     NotQuarantined(String),
     #[error("corrupt record in session {session} near lsn {lsn}: {reason}")]

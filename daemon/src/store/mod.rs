@@ -10,29 +10,36 @@
 //! <data_dir>/sessions/<id>.idx        its sparse index (a cache)
 //! <data_dir>/sessions/<id>.gaps       LSN jumps a repair left (rare)
 //! <data_dir>/sessions/<id>.<ms>.bad   damaged bytes a repair moved out of the log
+//! <data_dir>/sessions/<id>.fork       a fork's parent and fork LSN (see `fork`)
+//! <data_dir>/sessions/<id>.gone       what is left of a deleted session (see `tombstone`)
 //! <data_dir>/quarantine/              cut-off torn tails, never deleted by dstream
 //! ```
 //!
 //! One job per file: `commit` (the commit thread), `wal`, `files` (open-log cache), `session`
 //! (per-session state), `open` + `recovery` (start-up), `repair`, `reader` (reads and queries),
-//! `record` (line format), `index`, `gaps`, `fsutil`, `error`.
+//! `record` (line format), `index`, `gaps`, `fork`, `tombstone`, `fsutil`, `error`.
 
 mod archive;
 mod commit;
 mod compress;
 mod error;
 mod files;
+mod fork;
 mod fsutil;
 mod gaps;
 pub mod index;
+mod lifecycle;
 mod open;
 #[cfg(test)]
 pub(crate) mod power_loss;
+#[cfg(test)]
+mod power_loss_lifecycle;
 mod reader;
 pub mod record;
 mod recovery;
 mod repair;
 mod session;
+mod tombstone;
 mod types;
 mod wal;
 mod writer_state;
@@ -44,12 +51,14 @@ use std::sync::{Arc, RwLock, mpsc};
 
 pub use commit::Ack;
 pub use error::StoreError;
+pub use fork::{ForkReport, default_fork_id};
 pub use reader::{QueryFilter, ReadPage, read_range};
 pub use repair::RepairReport;
 pub use session::{EventJson, Quarantine, Session, SessionMeta, SessionState};
+pub use tombstone::Tombstone;
 pub use types::{
-    AppendAck, BeforeAppend, Compressed, MAX_LABEL_LEN, NewEventRaw, RecoveryNote, StoreSettings,
-    StoreStats, validate_event,
+    AppendAck, BeforeAppend, Compressed, ForkOrigin, MAX_LABEL_LEN, NewEventRaw, RecoveryNote,
+    StoreSettings, StoreStats, validate_event,
 };
 
 use crate::vfs::{Vfs, VfsLock};
@@ -72,6 +81,8 @@ struct Inner {
     /// start at once, whoever still holds a handle to this store.
     lock: std::sync::Mutex<Option<VfsLock>>,
     before_append: RwLock<Option<BeforeAppend>>,
+    /// Deleted sessions' tombstones (locked after `sessions` when both are).
+    gone: RwLock<HashMap<String, Tombstone>>,
 }
 
 /// Handle to the store; cheap to clone.
@@ -102,7 +113,7 @@ impl Store {
         let dir = data_dir.to_path_buf();
         let s = settings.clone();
         let v = vfs.clone();
-        let (lock, wal, recovered) =
+        let (lock, wal, recovered, gone) =
             tokio::task::spawn_blocking(move || open_blocking(&*v, &dir, &s))
                 .await
                 .map_err(|e| StoreError::io("recovery", &io::Error::other(e.to_string())))??;
@@ -135,6 +146,7 @@ impl Store {
             vfs,
             lock: std::sync::Mutex::new(Some(lock)),
             before_append: RwLock::new(None),
+            gone: RwLock::new(gone),
         });
         let store = Store { inner };
         let mut notes = Vec::new();
@@ -221,6 +233,10 @@ impl Store {
         }
         let path = self.inner.sessions_dir.join(format!("{id}.jsonl"));
         let session = self.new_session(id.to_string(), path, SessionState::default(), None);
+        if let Some(t) = self.inner.gone.read().unwrap().get(id) {
+            // A handle on a deleted id (a subscription, a late append): it takes nothing.
+            let _ = session.gone.set(t.clone());
+        }
         sessions.insert(id.to_string(), session.clone());
         session
     }
@@ -345,8 +361,11 @@ impl Store {
         rx.await.unwrap_or(Err(StoreError::ShuttingDown))
     }
 
-    /// Why `id` has no events to read: quarantined, or simply unknown.
+    /// Why `id` has no events to read: deleted, quarantined, or simply unknown.
     pub fn missing(&self, id: &str) -> StoreError {
+        if let Some(t) = self.gone(id) {
+            return t.error();
+        }
         match self.get(id) {
             Some(s) if s.quarantine_reason().is_some() => StoreError::Quarantined {
                 session: id.to_string(),

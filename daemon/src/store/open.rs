@@ -8,11 +8,14 @@ use std::sync::Arc;
 
 use super::archive::{self, Archive};
 use super::error::StoreError;
+use super::fork;
 use super::fsutil::{self, save_range};
 use super::gaps::Gaps;
 use super::index::{IndexEntry, SparseIndex};
 use super::recovery::{self, Damage};
 use super::session::{Quarantine, SessionMeta, SessionState};
+use super::tombstone::{self, Tombstone};
+use super::types::ForkOrigin;
 use super::types::{RecoveryNote, StoreSettings};
 use super::wal::{Opened, Wal, WalEntry, WalRecord};
 use crate::vfs::{Open, Vfs, VfsFileRef, VfsLock};
@@ -28,11 +31,15 @@ pub(crate) struct Recovered {
     pub lease_gap: Option<(u64, u64)>,
 }
 
+/// The data directory's lock, the write-ahead log, every session as recovery left it, and
+/// the tombstones of deleted sessions.
+pub(crate) type OpenedStore = (VfsLock, Wal, Vec<Recovered>, HashMap<String, Tombstone>);
+
 pub(crate) fn open_blocking(
     vfs: &dyn Vfs,
     data_dir: &Path,
     settings: &StoreSettings,
-) -> Result<(VfsLock, Wal, Vec<Recovered>), StoreError> {
+) -> Result<OpenedStore, StoreError> {
     let ctx = |context: &'static str| move |e: io::Error| StoreError::io(context, &e);
     if !vfs.exists(data_dir) {
         vfs.create_dir_all(data_dir)
@@ -62,8 +69,13 @@ pub(crate) fn open_blocking(
     } = Wal::open(vfs, &data_dir.join("wal"), settings.wal_bytes)
         .map_err(ctx("opening the write-ahead log"))?;
     keep_legacy_records(vfs, &quarantine_dir, legacy)?;
-    let leases = replay_wal(vfs, &sessions_dir, records)?;
+    let mut leases = replay_wal(vfs, &sessions_dir, records)?;
+    // After the replay, which may have written a deleted session's lines back.
+    let gone =
+        tombstone::finish_deletions(vfs, &sessions_dir).map_err(ctx("finishing a deletion"))?;
+    leases.retain(|id, _| !gone.contains_key(id));
 
+    fork::clean_leftovers(vfs, &sessions_dir).map_err(ctx("removing an unfinished fork"))?;
     let mut ids = Vec::new();
     for name in vfs
         .list_dir(&sessions_dir)
@@ -122,7 +134,7 @@ pub(crate) fn open_blocking(
     vfs.sync_dir(&sessions_dir)
         .map_err(ctx("syncing the sessions directory"))?;
     wal.reset().map_err(ctx("restarting the write-ahead log"))?;
-    Ok((lock, wal, recovered))
+    Ok((lock, wal, recovered, gone))
 }
 
 /// Writes every line the write-ahead log holds back at its offset in its session's log (the
@@ -277,6 +289,10 @@ pub(crate) fn recover_session(
         None
     });
     let gaps = Gaps::load(vfs, &path.with_extension("gaps")).map_err(ctx("reading a gaps file"))?;
+    let fork = ForkOrigin::load(vfs, &path).unwrap_or_else(|e| {
+        tracing::warn!(session = %id, error = %e, "fork sidecar unreadable; the session is shown as no fork");
+        None
+    });
     // A compression that stopped before its rename left only a temporary file.
     let zst = archive::path_for(&path);
     let _ = vfs.remove(&zst.with_extension("zst.tmp"));
@@ -333,6 +349,7 @@ pub(crate) fn recover_session(
                 meta,
                 gaps,
                 archive,
+                fork,
             };
             return Ok(Recovered {
                 id: id.clone(),
@@ -376,6 +393,7 @@ pub(crate) fn recover_session(
         meta,
         gaps,
         archive,
+        fork,
     };
     Ok(Recovered {
         id,

@@ -10,6 +10,8 @@ use super::archive::Archive;
 use super::files::FileCache;
 use super::gaps::Gaps;
 use super::index::SparseIndex;
+use super::tombstone::Tombstone;
+use super::types::ForkOrigin;
 use super::writer_state::WriterState;
 pub use crate::event_json::EventJson;
 use crate::vfs::VfsFileRef;
@@ -32,6 +34,8 @@ pub struct SessionState {
     pub gaps: Gaps,
     /// The compressed form of the log's first part, if the session has one.
     pub(crate) archive: Option<Arc<Archive>>,
+    /// Set for a fork: its parent and the LSN it was forked at.
+    pub fork: Option<ForkOrigin>,
 }
 
 /// Why a session takes no appends: its log holds damaged records after `offset`.
@@ -50,6 +54,9 @@ pub struct Session {
     quarantine: Option<Quarantine>,
     /// LSN jumps a repair left in the log (usually none).
     pub(crate) gaps: Gaps,
+    fork: Option<ForkOrigin>,
+    /// Set once the session is deleted: the commit thread refuses its appends.
+    pub(crate) gone: std::sync::OnceLock<Tombstone>,
     committed: AtomicU64,
     /// The last LSN that is synced: equal to `committed` under `fsync = "always"`, behind it by
     /// up to an interval otherwise.
@@ -84,6 +91,8 @@ impl Session {
             path,
             quarantine,
             gaps: state.gaps,
+            fork: state.fork,
+            gone: std::sync::OnceLock::new(),
             committed: AtomicU64::new(state.last_lsn),
             durable: AtomicU64::new(state.last_lsn),
             index: RwLock::new(state.index),
@@ -120,6 +129,11 @@ impl Session {
         self.quarantine.as_ref()
     }
 
+    /// Where this session was forked from, if it is a fork.
+    pub fn fork(&self) -> Option<&ForkOrigin> {
+        self.fork.as_ref()
+    }
+
     pub fn meta(&self) -> SessionMeta {
         self.meta.lock().unwrap().clone()
     }
@@ -127,6 +141,11 @@ impl Session {
     /// The log's open handle (positional reads need no seek, so one serves all readers).
     pub(crate) fn read_handle(&self) -> std::io::Result<VfsFileRef> {
         Ok(self.files.get(&self.id, &self.path, false)?.0)
+    }
+
+    /// Closes the log's cached handle (after the file was removed or replaced).
+    pub(crate) fn forget_file(&self) {
+        self.files.forget(&self.id);
     }
 
     pub(crate) fn log_handle(&self) -> std::io::Result<(VfsFileRef, bool)> {

@@ -1,13 +1,16 @@
 //! The store's vocabulary, shared by its parts: its settings and counters, what an append
 //! takes and returns, and what recovery reports.
 
-use std::path::PathBuf;
+use std::io;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::config::FsyncPolicy;
+use crate::vfs::Vfs;
 
 /// The store's share of the configuration.
 #[derive(Debug, Clone)]
@@ -115,4 +118,25 @@ pub struct Compressed {
     pub archive_bytes: u64,
     /// Whether the file system took the replaced bytes back (a hole); some cannot.
     pub freed: bool,
+}
+
+/// Where a forked session came from (`<id>.fork`, written once, before its log exists).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForkOrigin {
+    pub forked_from: String,
+    pub fork_lsn: u64,
+    pub forked_at_ms: u64,
+}
+
+impl ForkOrigin {
+    /// The sidecar of the log at `log`; a missing one means the session is no fork.
+    pub fn load(vfs: &dyn Vfs, log: &Path) -> io::Result<Option<ForkOrigin>> {
+        match vfs.read(&log.with_extension("fork")) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(io::Error::other),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
 }

@@ -55,6 +55,13 @@ pub(crate) enum CommitMsg {
     Flush {
         done: tokio::sync::oneshot::Sender<Result<(), StoreError>>,
     },
+    /// Delete a session whose last LSN is still `last_lsn` (see `store::tombstone`).
+    Delete {
+        session: Arc<Session>,
+        last_lsn: u64,
+        reason: String,
+        done: tokio::sync::oneshot::Sender<Result<crate::store::tombstone::Tombstone, StoreError>>,
+    },
     /// Checkpoint and stop; `done` is dropped once every log is synced.
     Shutdown {
         done: tokio::sync::oneshot::Sender<()>,

@@ -16,11 +16,12 @@
 //! [`batch`] (committing one batch: WAL records, sync, publish, acknowledge), [`write`] (a
 //! session's share written to its log, or taken back), [`lease`] (LSN leases under the
 //! `interval` and `never` policies), [`checkpoint`] (syncing the logs and starting the WAL
-//! over when it is full), [`messages`] (what the thread is sent, and how appends are
+//! over when it is full), [`delete`] (deleting a session, leaving its tombstone), [`messages`] (what the thread is sent, and how appends are
 //! answered).
 
 mod batch;
 mod checkpoint;
+mod delete;
 mod lease;
 mod messages;
 mod thread;

@@ -96,6 +96,7 @@ impl Committer {
             };
             let mut shutdown = None;
             let mut flushes = Vec::new();
+            let mut deletes = Vec::new();
             let mut bytes = 0;
             let mut next = Some(first);
             while let Some(msg) = next.take() {
@@ -110,9 +111,16 @@ impl Committer {
                     }
                     CommitMsg::Flush { done } => flushes.push(done),
                     CommitMsg::Shutdown { done } => shutdown = Some(done),
+                    CommitMsg::Delete {
+                        session,
+                        last_lsn,
+                        reason,
+                        done,
+                    } => deletes.push((session, last_lsn, reason, done)),
                 }
                 if shutdown.is_none()
                     && flushes.is_empty()
+                    && deletes.is_empty()
                     && batch.len() < MAX_BATCH_EVENTS
                     && bytes < MAX_BATCH_BYTES
                 {
@@ -137,6 +145,9 @@ impl Committer {
                     }),
                 };
                 let _ = done.send(result);
+            }
+            for (session, last_lsn, reason, done) in deletes {
+                let _ = done.send(self.delete(&session, last_lsn, reason));
             }
             if let Some(done) = shutdown {
                 self.checkpoint();

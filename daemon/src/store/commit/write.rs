@@ -46,6 +46,13 @@ impl Committer {
             fail_all(group.appends.into_iter().map(|(_, _, a)| a).collect(), err);
             return None;
         }
+        if let Some(t) = session.gone.get() {
+            fail_all(
+                group.appends.into_iter().map(|(_, _, a)| a).collect(),
+                t.error(),
+            );
+            return None;
+        }
         let mut state = session.writer.lock().unwrap();
         if let Some(reason) = &state.failed {
             let err = StoreError::Failed {
