@@ -1,0 +1,118 @@
+//! What the daemon reports about itself: `stats` and the relay's state.
+
+use serde::{Deserialize, Serialize};
+
+use super::*;
+
+// ---- stats ----
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StatsResult {
+    pub version: String,
+    pub uptime_ms: u64,
+    pub pid: u32,
+    pub fsync: String,
+    pub sessions: u64,
+    pub quarantined_sessions: u64,
+    pub connections: u64,
+    pub subscriptions: u64,
+    pub appends: u64,
+    pub bytes_written: u64,
+    pub fsyncs: u64,
+    pub lagged: u64,
+    pub frame_errors: u64,
+    /// Resident memory of the daemon in bytes, where the OS reports it.
+    pub rss_bytes: Option<u64>,
+    /// Session logs open now (at most `store.max_open_files`).
+    #[serde(default)]
+    pub open_files: u64,
+    /// Bytes of requests held for clients now (at most `daemon.max_client_memory_bytes`).
+    #[serde(default)]
+    pub client_memory_bytes: u64,
+    /// Requests refused because that budget was spent.
+    #[serde(default)]
+    pub overloaded: u64,
+    /// Raw source events taken by `ingest`.
+    #[serde(default)]
+    pub ingested: u64,
+    /// Per-plugin counters, as in `plugins.list`.
+    #[serde(default)]
+    pub plugins: Vec<PluginInfo>,
+    /// Checkpoints waiting for a decision.
+    #[serde(default)]
+    pub pending_checkpoints: u64,
+    /// The relay to a remote Durable Streams server.
+    #[serde(default)]
+    pub relay: RelayTotals,
+    /// Events hooks spooled while no daemon ran: what waits, and what the drain did.
+    #[serde(default)]
+    pub spool: SpoolStats,
+}
+
+/// The spool, in `stats`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpoolStats {
+    /// Spool files waiting to be drained, and their bytes.
+    pub pending_files: u64,
+    pub pending_bytes: u64,
+    /// Events lost because the spool was full, not yet reported in their sessions.
+    pub overflow_pending: u64,
+    /// Since the daemon started: events drained, files drained, damaged parts moved aside,
+    /// files refused (another user's), lost events reported.
+    pub drained_events: u64,
+    pub drained_files: u64,
+    pub damaged: u64,
+    pub refused: u64,
+    pub overflow_reported: u64,
+    /// Why the last drain stopped early, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+// ---- relay ----
+
+/// `relay.status`: where each relayed session stands on the remote server.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RelayStatusResult {
+    /// `[relay] url` is set.
+    pub enabled: bool,
+    /// `{url}/{prefix}`, the streams' common base.
+    pub target: Option<String>,
+    /// Why the relay cannot run at all (a missing token variable), if so.
+    pub error: Option<String>,
+    /// Most lag first.
+    pub streams: Vec<RelayStreamStatus>,
+    pub totals: RelayTotals,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RelayStreamStatus {
+    pub session_id: String,
+    /// The newest event in the local log.
+    pub local_lsn: u64,
+    /// Every event up to this one is on the remote stream.
+    pub acked_lsn: u64,
+    pub lag: u64,
+    /// `live`, `catching_up`, `backing_off`, `failed` or `closed`.
+    pub state: String,
+    /// When backing off: milliseconds until the next try.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_try_in_ms: Option<u64>,
+    /// When backing off or failed: why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Bytes of events the server acknowledged.
+    pub bytes_sent: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RelayTotals {
+    pub enabled: bool,
+    pub streams: u64,
+    pub lag_events: u64,
+    pub failed_streams: u64,
+    pub events_sent: u64,
+    pub bytes_sent: u64,
+    pub batches: u64,
+    pub retries: u64,
+}
