@@ -53,6 +53,12 @@ impl Store {
         vfs.rename(&tmp, &zst)
             .and_then(|()| vfs.sync_dir(&self.inner.sessions_dir))
             .map_err(ctx("installing the archive"))?;
+        // Retention deleted the session meanwhile: its archive goes too.
+        if let Some(t) = self.gone(id) {
+            let _ = vfs.remove(&zst);
+            let _ = vfs.sync_dir(&self.inner.sessions_dir);
+            return Err(t.error());
+        }
         let installed = Archive::open(vfs, &zst)
             .map_err(ctx("reading the new archive"))?
             .ok_or_else(|| {
