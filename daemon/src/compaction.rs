@@ -10,7 +10,10 @@ use tokio::sync::watch;
 
 use crate::component::{Component, Stopping};
 use crate::config::Config;
-use crate::store::{Session, Store};
+use crate::store::{NewEventRaw, Session, Store};
+
+/// The event that says a session was archived and names the stream it continues in.
+pub(crate) const ARCHIVED: &str = "lifecycle.session.archived";
 use crate::util::time::now_ms;
 
 /// The longest wait between two passes, and the shortest.
@@ -55,8 +58,26 @@ async fn pass(store: &Store, after: Duration) {
         .filter(|s| is_due(s, after))
         .collect();
     for session in due {
+        // Readers and the relay learn that the session is archived, and where a resumed one
+        // continues remotely: its stream closes, the next one is `<session>~<generation>`.
+        let generation = store.archive_generation(&session.id) + 1;
+        let announced = serde_json::json!({
+            "reason": "idle after it ended; compressed",
+            "continues_in": format!("{}~{generation}", session.id),
+        });
+        let event = NewEventRaw {
+            event_type: ARCHIVED.into(),
+            actor: Some("dstream".into()),
+            payload: serde_json::value::to_raw_value(&announced).ok(),
+            ..Default::default()
+        };
+        if let Err(e) = store.append_wait(&session.id, event, true).await {
+            tracing::warn!(session = %session.id, error = %e, "cannot announce the archive; not compressed");
+            continue;
+        }
         let (store, id) = (store.clone(), session.id.clone());
-        let done = tokio::task::spawn_blocking(move || store.compress_blocking(&id)).await;
+        let done =
+            tokio::task::spawn_blocking(move || store.compress_as(&id, Some(generation))).await;
         match done {
             Ok(Ok(Some(c))) => tracing::info!(
                 session = %session.id, upto_lsn = c.upto_lsn, log_bytes = c.log_bytes,

@@ -238,5 +238,9 @@ fn a_finished_idle_session_is_compressed_by_itself() {
         !d.log_path("open").with_extension("zst").exists(),
         "a session that has not ended is left as it is"
     );
-    assert_eq!(c.read_all("done").len(), 51);
+    // Announced first: the last event says so and names where a resumed session goes on.
+    let done = c.read_all("done");
+    assert_eq!(done.len(), 52);
+    assert_eq!(done[51]["type"], "lifecycle.session.archived");
+    assert_eq!(done[51]["payload"]["continues_in"], "done~1");
 }

@@ -628,3 +628,49 @@ fn retention_keeps_an_unrelayed_tail_and_deletes_nothing_remote() {
     let remote = read_stream(&format!("{}/{PREFIX}/sent", server.base_url()));
     assert_eq!(remote.messages.len(), 1, "the remote stream is untouched");
 }
+
+/// A session archived by retention closes its remote stream, and announces (in its last event
+/// there) the stream it continues in; resumed, it goes on in that stream, from the next LSN.
+#[test]
+fn an_archived_session_closes_its_stream_and_goes_on_in_the_one_it_announced() {
+    let server = RemoteServer::start(ServerKind::Rust);
+    let config = relay_config(&server.base_url(), "") + "[retention]\ncompress_after = \"1s\"\n";
+    let d = Daemon::start_with(&config);
+    let mut c = d.client();
+    for i in 0..5 {
+        c.append("arch", "message.chunk", json!({"i": i}));
+    }
+    c.append("arch", "lifecycle.session.ended", json!({}));
+    wait_for("the archived session's stream to close", LONG, || {
+        stream_status(&d, "arch").filter(|s| s["state"] == "closed")
+    });
+    let base = server.base_url();
+    let first = read_stream(&format!("{base}/{PREFIX}/arch"));
+    assert!(first.closed, "closed once archived");
+    let last = first.messages.last().unwrap();
+    assert_eq!(last["type"], "lifecycle.session.archived", "{last}");
+    assert_eq!(last["payload"]["continues_in"], "arch~1");
+    assert_eq!(first.messages.len(), 7);
+
+    // Resumed: the new events go to the announced stream, from the next LSN on.
+    for i in 0..3 {
+        c.append("arch", "message.chunk", json!({"again": i}));
+    }
+    wait_for("the resumed session relayed", LONG, || {
+        stream_status(&d, "arch").filter(|s| s["acked_lsn"] == 10 && s["lag"] == 0)
+    });
+    let next = read_stream(&format!("{base}/{PREFIX}/arch~1"));
+    let lsns: Vec<u64> = next
+        .messages
+        .iter()
+        .map(|m| m["lsn"].as_u64().unwrap())
+        .collect();
+    assert_eq!(lsns, vec![8, 9, 10]);
+    assert!(!next.closed);
+    assert_eq!(
+        read_stream(&format!("{base}/{PREFIX}/arch")).messages.len(),
+        7,
+        "the old one stays as it was"
+    );
+    assert_eq!(c.read_all("arch").len(), 10);
+}

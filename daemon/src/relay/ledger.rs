@@ -45,9 +45,19 @@ pub struct Ledger {
     pub remote_offset: Option<String>,
     #[serde(default)]
     pub inflight: Option<Inflight>,
-    /// The remote stream was closed (the session ended).
+    /// The remote stream was closed (the session ended, or was archived).
     #[serde(default)]
     pub closed: bool,
+    /// It was closed because the session was archived: a resumed session goes on in the
+    /// stream the archive announcement names.
+    #[serde(default)]
+    pub closed_for_archive: bool,
+    /// The remote stream's name when it is not the session id (a continuation after an
+    /// archive, `<session>~<n>`), and the LSN after which it begins.
+    #[serde(default)]
+    pub stream: Option<String>,
+    #[serde(default)]
+    pub stream_start: u64,
     /// Where the control stream was read up to.
     #[serde(default)]
     pub control_offset: Option<String>,
@@ -150,6 +160,9 @@ mod tests {
                 close: false,
             }),
             closed: false,
+            closed_for_archive: false,
+            stream: Some("s1~1".into()),
+            stream_start: 12,
             control_offset: None,
             bytes_sent: 999,
         };

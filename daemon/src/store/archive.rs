@@ -50,6 +50,10 @@ pub(crate) struct Footer {
     pub(crate) last_ts: u64,
     pub(crate) stream_id: Option<String>,
     pub(crate) frames: Vec<Frame>,
+    /// How many times the session was archived with an announcement (a
+    /// `lifecycle.session.archived` event naming the stream it continues in).
+    #[serde(default)]
+    pub(crate) generation: u32,
 }
 
 /// An archive, open for reads.
@@ -192,6 +196,7 @@ pub(crate) fn build(
     old: Option<&Archive>,
     upto_lsn: u64,
     stamps: (u64, u64, Option<String>),
+    generation: u32,
     tmp: &Path,
 ) -> io::Result<Footer> {
     let out = vfs.open(tmp, Open::Truncate)?;
@@ -265,6 +270,7 @@ pub(crate) fn build(
         last_ts,
         stream_id,
         frames,
+        generation,
     };
     let text = serde_json::to_vec(&footer).map_err(io::Error::other)?;
     let mut tail = text.clone();
@@ -355,7 +361,16 @@ mod tests {
         let log = OsVfs.open(&log_path, Open::Existing).unwrap();
         let zst = path_for(&log_path);
         let tmp = dir.path().join("s.zst.tmp");
-        let footer = build(&OsVfs, &*log, None, 1500, (1, 1500, Some("s".into())), &tmp).unwrap();
+        let footer = build(
+            &OsVfs,
+            &*log,
+            None,
+            1500,
+            (1, 1500, Some("s".into())),
+            0,
+            &tmp,
+        )
+        .unwrap();
         OsVfs.rename(&tmp, &zst).unwrap();
         assert_eq!(footer.upto_lsn, 1500);
         assert!(footer.frames.len() > 2, "{}", footer.frames.len());
@@ -390,7 +405,7 @@ mod tests {
         assert_eq!(a.read("s", 1500, 1500, 10, usize::MAX).unwrap().len(), 1);
         // Grown over the rest of the log: the old frames are kept as they are.
         let tmp2 = dir.path().join("s.zst.tmp2");
-        let grown = build(&OsVfs, &*log, Some(&a), 2000, (1, 2000, None), &tmp2).unwrap();
+        let grown = build(&OsVfs, &*log, Some(&a), 2000, (1, 2000, None), 0, &tmp2).unwrap();
         assert_eq!(&grown.frames[..footer.frames.len()], &footer.frames[..]);
         OsVfs.rename(&tmp2, &zst).unwrap();
         let b = Archive::open(&OsVfs, &zst).unwrap().unwrap();

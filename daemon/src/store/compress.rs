@@ -18,6 +18,29 @@ impl Store {
     /// Compresses session `id` up to its last synced LSN. Blocking: call it off the async
     /// workers, and at most one at a time per session. `None` when there is nothing new.
     pub fn compress_blocking(&self, id: &str) -> Result<Option<Compressed>, StoreError> {
+        self.compress_as(id, None)
+    }
+
+    /// The archive's announcement count, 0 for a session never archived with one.
+    pub fn archive_generation(&self, id: &str) -> u32 {
+        self.get(id)
+            .and_then(|s| {
+                s.archive
+                    .read()
+                    .unwrap()
+                    .as_ref()
+                    .map(|a| a.footer.generation)
+            })
+            .unwrap_or(0)
+    }
+
+    /// [`Store::compress_blocking`], recording `generation` (see
+    /// [`Store::archive_generation`]) when the session was just announced as archived.
+    pub fn compress_as(
+        &self,
+        id: &str,
+        generation: Option<u32>,
+    ) -> Result<Option<Compressed>, StoreError> {
         let ctx = |context: &'static str| move |e: io::Error| StoreError::io(context, &e);
         let Some(session) = self.get(id) else {
             return Err(StoreError::NotFound(id.into()));
@@ -38,12 +61,15 @@ impl Store {
         let meta = session.meta();
         let zst = archive::path_for(&session.path);
         let tmp = zst.with_extension("zst.tmp");
+        let generation =
+            generation.unwrap_or_else(|| old.as_ref().map_or(0, |a| a.footer.generation));
         let footer = archive::build(
             vfs,
             &*log,
             old.as_deref(),
             upto,
             (meta.first_ts, meta.last_ts, meta.stream_id),
+            generation,
             &tmp,
         )
         .map_err(|e| {

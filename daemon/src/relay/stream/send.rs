@@ -16,6 +16,7 @@ use crate::store::EventJson;
 
 /// The event type that ends a session (and closes its remote stream).
 const SESSION_ENDED: &str = "lifecycle.session.ended";
+const ARCHIVED: &str = "lifecycle.session.archived";
 /// How often a stream looks again for events committed but not yet synced.
 const SYNC_POLL: Duration = Duration::from_millis(5);
 
@@ -33,6 +34,10 @@ impl Worker {
         let committed = self.committed_lsn();
         let acked = self.ledger.acked_lsn;
         if self.ledger.closed {
+            // Archived, then resumed: go on in the stream the announcement named.
+            if committed > acked && self.ledger.closed_for_archive {
+                return self.continue_after_archive(acked).await;
+            }
             self.set_state(State::Closed);
             if committed > acked {
                 return Step::Failed(format!(
@@ -49,9 +54,14 @@ impl Worker {
             tokio::time::sleep(SYNC_POLL).await;
             return Step::Continue;
         }
-        if self.settings.config.close_on_session_end && self.end_checked != acked {
+        if self.end_checked != acked {
             self.end_checked = acked;
-            if acked > 0 && self.last_event_ends_session(acked).await {
+            let archived = acked > 0 && self.last_event_is(acked, ARCHIVED).await;
+            let ended = self.settings.config.close_on_session_end
+                && acked > 0
+                && self.last_event_is(acked, SESSION_ENDED).await;
+            if archived || ended {
+                self.ledger.closed_for_archive = archived;
                 let f = Inflight {
                     seq: self.ledger.next_seq,
                     first_lsn: acked + 1,
@@ -75,7 +85,8 @@ impl Worker {
         self.set_state(State::CatchingUp);
         match remote.create(&self.url()).await {
             CreateOutcome::Created => {
-                self.ledger.acked_lsn = 0;
+                // A continuation stream begins after the archived part.
+                self.ledger.acked_lsn = self.ledger.stream_start;
                 self.ledger.remote_offset = None;
                 self.ledger.inflight = None;
                 self.ledger.bytes_sent = 0;
@@ -171,10 +182,56 @@ impl Worker {
         .map_err(|e| format!("cannot read the log: {e}"))
     }
 
-    pub(super) async fn last_event_ends_session(&self, lsn: u64) -> bool {
+    /// Whether the event at `lsn` is of type `kind`.
+    pub(super) async fn last_event_is(&self, lsn: u64, kind: &str) -> bool {
         match self.read(lsn, lsn, 1, usize::MAX).await {
-            Ok(events) => events.first().is_some_and(|e| e.is_type(SESSION_ENDED)),
+            Ok(events) => events.first().is_some_and(|e| e.is_type(kind)),
             Err(_) => false,
+        }
+    }
+
+    /// A session archived (its stream closed) and then resumed: the events after `acked` go
+    /// to a new stream, named by the archive announcement at `acked`.
+    async fn continue_after_archive(&mut self, acked: u64) -> Step {
+        #[derive(serde::Deserialize)]
+        struct Announced {
+            payload: AnnouncedPayload,
+        }
+        #[derive(serde::Deserialize)]
+        struct AnnouncedPayload {
+            continues_in: String,
+        }
+        let name = match self.read(acked, acked, 1, usize::MAX).await {
+            Ok(events) => events.first().and_then(|e| {
+                let mut json = Vec::new();
+                e.write_to(&mut json);
+                serde_json::from_slice::<Announced>(&json)
+                    .ok()
+                    .map(|a| a.payload.continues_in)
+                    .filter(|n| dstream_sdk::validate_session_id(&n.replace('~', "-")).is_ok())
+            }),
+            Err(_) => None,
+        };
+        let Some(name) = name else {
+            return Step::Failed(
+                "the session was archived and resumed, but its announcement names no stream to \
+                 continue in"
+                    .into(),
+            );
+        };
+        let l = &mut self.ledger;
+        l.stream = Some(name);
+        l.stream_start = acked;
+        l.created = false;
+        l.closed = false;
+        l.closed_for_archive = false;
+        l.remote_offset = None;
+        l.inflight = None;
+        l.next_seq = 0;
+        self.body = None;
+        match self.save().await {
+            Ok(()) => Step::Continue,
+            Err(e) => self.back_off(e, None).await,
         }
     }
 

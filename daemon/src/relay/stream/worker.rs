@@ -50,7 +50,7 @@ pub(super) struct Worker {
 impl Worker {
     pub(super) fn url(&self) -> String {
         match &self.settings.remote {
-            Some(r) => r.stream_url(&self.session, ""),
+            Some(r) => r.stream_url(self.ledger.stream.as_deref().unwrap_or(&self.session), ""),
             None => String::new(),
         }
     }
