@@ -27,7 +27,7 @@ use clap::{Args, ValueEnum};
 pub(super) mod claude_code;
 pub(super) mod claude_events;
 pub(super) mod claude_hooks;
-mod files;
+pub(super) mod files;
 pub(super) mod json;
 pub(super) mod opencode;
 pub(super) mod shell;

@@ -208,6 +208,13 @@ pub fn create(path: &Path, content: &[u8]) -> anyhow::Result<()> {
     write_atomically(path, content, None)
 }
 
+/// Creates or replaces `path` in one step (as [`create`]), with `mode` whatever the umask.
+pub fn write_with_mode(path: &Path, content: &[u8], mode: u32) -> anyhow::Result<()> {
+    // SAFETY: getuid and getgid have no preconditions.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    write_atomically(path, content, Some(Kept { mode, uid, gid }))
+}
+
 /// Replaces `path` with `content` in one step: writes a temporary file next to it, syncs it,
 /// and renames it over the old one, giving it `old`'s mode and (where allowed) owner.
 fn write_atomically(path: &Path, content: &[u8], old: Option<Kept>) -> anyhow::Result<()> {

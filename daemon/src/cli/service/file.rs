@@ -2,7 +2,7 @@
 //! atomically, and never written over or removed when it is someone else's.
 
 use std::fs;
-use std::io::{self, Read as _, Write as _};
+use std::io::{self, Read as _};
 use std::path::Path;
 
 use anyhow::{Context as _, anyhow, bail};
@@ -87,7 +87,9 @@ pub fn write_ours(path: &Path, content: &str) -> anyhow::Result<Written> {
     };
     let dir = parent(path)?;
     fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    write_atomically(path, content.as_bytes())?;
+    // Mode 0644 whatever the umask: the service manager reads it, only we write it. Written
+    // aside, synced and renamed over, so a reader (or a crash) sees one whole file.
+    crate::cli::install::files::write_with_mode(path, content.as_bytes(), 0o644)?;
     Ok(written)
 }
 
@@ -106,40 +108,6 @@ fn parent(path: &Path) -> anyhow::Result<&Path> {
     path.parent()
         .filter(|d| !d.as_os_str().is_empty())
         .ok_or_else(|| anyhow!("{} has no parent folder", path.display()))
-}
-
-/// Writes a temporary file next to `path`, syncs it and renames it over `path`, so a reader
-/// (or a crash) sees the old file or the new one, never half of one.
-fn write_atomically(path: &Path, content: &[u8]) -> anyhow::Result<()> {
-    let dir = parent(path)?;
-    let name = path
-        .file_name()
-        .ok_or_else(|| anyhow!("{} is not a file path", path.display()))?;
-    let tmp = dir.join(format!(
-        ".{}.dstream-{}.tmp",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let result = (|| -> io::Result<()> {
-        let mut options = fs::OpenOptions::new();
-        options.write(true).create_new(true);
-        let mut f = options.open(&tmp)?;
-        // Explicitly, whatever the umask: the service manager reads it, only we write it.
-        #[cfg(unix)]
-        f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
-        f.write_all(content)?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)?;
-        if let Ok(d) = fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
-    })();
-    if let Err(e) = result {
-        let _ = fs::remove_file(&tmp);
-        return Err(e).with_context(|| format!("writing {}", path.display()));
-    }
-    Ok(())
 }
 
 #[cfg(test)]
