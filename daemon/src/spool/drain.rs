@@ -9,7 +9,7 @@
 //! serves its clients in turn, and the spool is one client).
 
 use std::collections::HashSet;
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -500,27 +500,8 @@ fn move_aside(path: &Path, offset: u64, dir: &Path) -> io::Result<PathBuf> {
     write_aside(dir, &format!("{name}@{offset}"), &rest)
 }
 
+/// Writes `bytes` durably as a new file `name` in `dir` (or beside it, never over one).
 fn write_aside(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<PathBuf> {
     crate::autostart::make_private_dir(dir)?;
-    let mut n = 0;
-    loop {
-        let path = match n {
-            0 => dir.join(name),
-            n => dir.join(format!("{name}.{n}")),
-        };
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        match options.open(&path) {
-            Ok(mut f) => {
-                f.write_all(bytes)?;
-                f.sync_data()?;
-                sync_dir(dir)?;
-                return Ok(path);
-            }
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && n < 1000 => n += 1,
-            Err(e) => return Err(e),
-        }
-    }
+    crate::store::write_new_unique(&crate::vfs::OsVfs, &dir.join(name), bytes)
 }

@@ -52,6 +52,7 @@ use std::sync::{Arc, RwLock, mpsc};
 pub use commit::Ack;
 pub use error::StoreError;
 pub use fork::{ForkReport, default_fork_id};
+pub use fsutil::write_new_unique;
 pub use reader::{QueryFilter, ReadPage, read_range};
 pub use repair::RepairReport;
 pub use session::{EventJson, Quarantine, Session, SessionMeta, SessionState};
