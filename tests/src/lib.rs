@@ -515,6 +515,28 @@ impl Daemon {
         cmd
     }
 
+    /// Appends `lines` (one JSON event per line) to `session` through `dstream append`: one
+    /// streaming client, pipelined, so many events go in fast.
+    pub fn append_lines(&self, session: &str, lines: &str) {
+        let mut child = Command::new(daemon_bin())
+            .args(["append", "--session", session, "--socket"])
+            .arg(self.socket())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn dstream append");
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(lines.as_bytes()).unwrap();
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "dstream append failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// Start (again) on the same directories and wait until it is ready.
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "daemon already running");

@@ -2,7 +2,6 @@
 //! `read` and `subscribe`, seeks anywhere, takes appends at the right LSN, survives restarts
 //! and a `kill -9` in the middle of a compression, and takes less disk.
 
-use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -13,15 +12,6 @@ const N: usize = 200_000;
 
 /// Appends `n` events to `session` through `dstream append` (one streaming client).
 fn append_many(d: &Daemon, session: &str, from: usize, n: usize) {
-    let mut child = Command::new(daemon_bin())
-        .args(["append", "--session", session, "--socket"])
-        .arg(d.socket())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
     let mut buf = String::new();
     for i in from..from + n {
         buf.push_str(&format!(
@@ -29,14 +19,7 @@ fn append_many(d: &Daemon, session: &str, from: usize, n: usize) {
             "x".repeat(i % 97)
         ));
     }
-    stdin.write_all(buf.as_bytes()).unwrap();
-    drop(stdin);
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    d.append_lines(session, &buf);
 }
 
 fn compress(d: &Daemon, session: &str) -> Value {

@@ -2,8 +2,7 @@
 //! the official Node client: the remote stream equals the local log, each event once, through
 //! server restarts, a `kill -9` of the daemon, connections cut mid-response, a wrong token.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use dstream_tests::relay::{
@@ -67,29 +66,13 @@ fn assert_remote_equals_local(d: &Daemon, base_url: &str, session: &str) -> bool
 
 /// Appends `n` small events to `session` through `dstream append` (one streaming client).
 fn append_many(d: &Daemon, session: &str, n: usize, tag: &str) {
-    let mut child = Command::new(daemon_bin())
-        .args(["append", "--session", session, "--socket"])
-        .arg(d.socket())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
     let mut buf = String::new();
     for i in 0..n {
         buf.push_str(&format!(
             "{{\"type\":\"tool.output\",\"payload\":{{\"tag\":\"{tag}\",\"i\":{i},\"text\":\"line {i} of the relay test\"}}}}\n"
         ));
     }
-    stdin.write_all(buf.as_bytes()).unwrap();
-    drop(stdin);
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "dstream append failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    d.append_lines(session, &buf);
 }
 
 fn relay_round_trip(kind: ServerKind) {
