@@ -1,9 +1,9 @@
-//! `dstream import claude-code`: the transcripts a real Claude Code run wrote (with no dstream
-//! hooks) become a dstream session with the live taxonomy, once; a session dstream captured
-//! live is left alone; broken transcripts are reported and everything readable is kept.
+//! `dstream import claude-code|opencode`: what a real Claude Code or OpenCode run wrote (with
+//! no dstream hooks) becomes a dstream session with the live taxonomy, once; a session dstream
+//! captured live is left alone; broken transcripts are reported and everything readable is kept.
 //!
-//! Uses the pinned Claude Code (`dstream_tests::agents::ensure_installed`) against the mock
-//! model; nothing leaves the machine.
+//! Uses the pinned agents (`dstream_tests::agents::ensure_installed`) against the mock model;
+//! nothing leaves the machine.
 #![cfg(unix)]
 
 use std::fs;
@@ -20,12 +20,23 @@ const FINAL: &str = "The command printed hello-from-dstream.";
 
 /// `dstream import claude-code --json [paths]` with HOME at `home`, against `daemon`.
 fn import(daemon: &Daemon, home: &Path, paths: &[&Path], extra: &[&str]) -> (Output, Value) {
+    import_from(daemon, "claude-code", &[("HOME", home)], paths, extra)
+}
+
+/// `dstream import AGENT --json [paths]` with only `env` (and PATH) set, against `daemon`.
+fn import_from(
+    daemon: &Daemon,
+    agent: &str,
+    env: &[(&str, &Path)],
+    paths: &[&Path],
+    extra: &[&str],
+) -> (Output, Value) {
     let mut cmd = Command::new(dstream_tests::daemon_bin());
     cmd.env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", home)
+        .envs(env.iter().copied())
         .env("DSTREAM_SOCKET", daemon.socket())
-        .args(["import", "claude-code", "--json"])
+        .args(["import", agent, "--json"])
         .args(extra)
         .args(paths);
     let out = dstream_tests::output_within(&mut cmd, Duration::from_secs(60));
@@ -459,4 +470,187 @@ fn broken_transcripts_are_reported_and_every_readable_line_kept() {
     assert_eq!(cut.len(), 2);
     assert_eq!(cut[1]["payload"]["text"], "cut short");
     assert_eq!(c.read_all("good").len(), 3, "nothing twice");
+}
+
+/// One OpenCode run (a bash call, then `FINAL`) in `env`; with `live`, the dstream plugin
+/// reports it to `daemon`.
+fn run_opencode(env: &AgentEnv, daemon: &Daemon, live: bool) {
+    let paths = agents::ensure_installed();
+    if live {
+        agents::install(env, "opencode");
+    }
+    let mock = MockModel::openai(Script::tool_then_text(
+        Reply::opencode_bash("echo hello-from-dstream"),
+        FINAL,
+    ));
+    let mut cmd = agents::opencode_command(&paths, env, &mock, "Run echo hello-from-dstream", &[]);
+    if live {
+        cmd.envs(dstream_tests::client_env(daemon.socket()));
+    }
+    let out = agents::run(env, cmd, Duration::from_secs(120));
+    out.assert_success("opencode run");
+    assert!(out.stdout.contains(FINAL), "stdout: {}", out.stdout);
+}
+
+#[test]
+fn an_opencode_session_is_imported_from_its_database_or_export_once() {
+    let d = Daemon::start_with("[[checkpoints.rules]]\ntool = \"*\"\naction = \"ask\"\n");
+    let env = AgentEnv::new();
+    run_opencode(&env, &d, false);
+    let mut c = d.client();
+    assert_eq!(count(&all_events(&mut c)), 0, "no plugin: nothing captured");
+
+    // The default: OpenCode's database under XDG_DATA_HOME.
+    let xdg = [
+        ("HOME", env.home.as_path()),
+        ("XDG_DATA_HOME", env.xdg_data.as_path()),
+    ];
+    let (_, s) = import_from(&d, "opencode", &xdg, &[], &[]);
+    assert_eq!(
+        (
+            &s["sessions_found"],
+            &s["sessions_imported"],
+            &s["errors"],
+            &s["unmapped"]
+        ),
+        (&json!(1), &json!(1), &json!(0), &json!(0)),
+        "{s}"
+    );
+    let all = all_events(&mut c);
+    assert_eq!(all.len(), 1, "one session: {all:#?}");
+    let (id, events) = &all[0];
+    assert!(id.starts_with("ses_"), "OpenCode's session id: {id}");
+    assert_eq!(s["events"], json!(events.len()), "{s}");
+
+    let created = of_type(events, "lifecycle.session.created");
+    assert_eq!(created.len(), 1, "{created:#?}");
+    assert_eq!(
+        created[0]["payload"]["version"], "1.18.33",
+        "{}",
+        created[0]
+    );
+    let input = of_type(events, "user.input");
+    assert_eq!(input.len(), 1, "{input:#?}");
+    assert!(
+        input[0]["payload"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Run echo hello-from-dstream"),
+        "{}",
+        input[0]
+    );
+    assert_eq!(input[0]["actor"], "user");
+    let calls = of_type(events, "execution.tool_use");
+    assert_eq!(calls.len(), 1, "{calls:#?}");
+    assert_eq!(calls[0]["payload"]["tool"], "bash");
+    assert_eq!(calls[0]["payload"]["phase"], "called");
+    let results = of_type(events, "execution.tool_result");
+    assert_eq!(results.len(), 1, "{results:#?}");
+    assert_eq!(
+        results[0]["causation_id"], calls[0]["id"],
+        "joined to its call"
+    );
+    assert_eq!(results[0]["payload"]["output"], "hello-from-dstream\n");
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["type"].as_str().unwrap().starts_with("checkpoint.")),
+        "an imported call is not decided again"
+    );
+    let texts: Vec<&str> = of_type(events, "message.chunk")
+        .iter()
+        .filter_map(|e| e["payload"]["text"].as_str())
+        .collect();
+    assert_eq!(texts, [FINAL], "the final assistant message");
+    let usage = of_type(events, "usage.request");
+    assert_eq!(usage.len(), 2, "one per model step: {usage:#?}");
+    for u in &usage {
+        let p = &u["payload"];
+        assert_eq!(
+            (&p["input_tokens"], &p["output_tokens"]),
+            (&json!(12), &json!(8)),
+            "{u}"
+        );
+        assert_eq!(p["model"], "mock-model", "{u}");
+    }
+    for e in events {
+        assert_eq!(e["metadata"]["source"], "opencode-export", "{e}");
+        assert!(
+            e["metadata"]["import_id"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("{id}:")),
+            "{e}"
+        );
+        assert!(
+            e["metadata"]["timestamp"]
+                .as_str()
+                .unwrap()
+                .starts_with("20"),
+            "{e}"
+        );
+    }
+
+    // Again, and from what `opencode export` prints (beside two files that are not exports):
+    // nothing new.
+    let before = count(&all_events(&mut c));
+    let (_, again) = import_from(&d, "opencode", &xdg, &[], &[]);
+    assert_eq!(
+        (&again["sessions_already_imported"], &again["events"]),
+        (&json!(1), &json!(0)),
+        "{again}"
+    );
+    let exports = env.root().join("exports");
+    fs::create_dir_all(&exports).unwrap();
+    let paths = agents::ensure_installed();
+    let out = dstream_tests::output_within(
+        env.command(&paths.opencode).args(["export", id.as_str()]),
+        Duration::from_secs(60),
+    );
+    assert!(out.status.success(), "opencode export: {out:?}");
+    fs::write(exports.join("session.json"), &out.stdout).unwrap();
+    fs::write(exports.join("broken.json"), "{\"info\": ").unwrap();
+    fs::write(exports.join("other.json"), "{\"hello\": 1}").unwrap();
+    let (_, from_export) = import_from(&d, "opencode", &xdg, &[&exports], &[]);
+    assert_eq!(
+        (
+            &from_export["sessions_found"],
+            &from_export["sessions_already_imported"],
+            &from_export["events"]
+        ),
+        (&json!(1), &json!(1), &json!(0)),
+        "the export is the same session: {from_export}"
+    );
+    let problems = from_export["problems"].to_string();
+    assert!(
+        problems.contains("broken.json") && problems.contains("other.json"),
+        "both bad files reported: {problems}"
+    );
+    assert_eq!(count(&all_events(&mut c)), before, "nothing added");
+
+    // A session the plugin captured live is left alone (a daemon without the policy that
+    // would hold its tool call).
+    let d = Daemon::start();
+    let mut c = d.client();
+    let live = AgentEnv::new();
+    run_opencode(&live, &d, true);
+    let live_xdg = [
+        ("HOME", live.home.as_path()),
+        ("XDG_DATA_HOME", live.xdg_data.as_path()),
+    ];
+    dstream_tests::relay::wait_for("the live run captured", Duration::from_secs(30), || {
+        all_events(&mut c)
+            .into_iter()
+            .any(|(_, e)| {
+                e.iter()
+                    .any(|e| e["metadata"]["source"] == "opencode" && e["type"] == "user.input")
+            })
+            .then_some(())
+    });
+    let (_, s) = import_from(&d, "opencode", &live_xdg, &[], &[]);
+    assert_eq!(
+        (&s["sessions_captured_live"], &s["events"]),
+        (&json!(1), &json!(0)),
+        "{s}"
+    );
 }

@@ -298,6 +298,51 @@ fn claude_code_transcript_unknown_and_malformed_lines_are_kept() {
     );
 }
 
+#[test]
+fn opencode_export_unknown_and_malformed_parts_are_kept() {
+    // What `dstream import opencode` sends is {export, session} or {export, message[, part]};
+    // a client may send anything under that source.
+    let x = json!({"session_id": "ses_1", "root_id": "ses_0", "import_id": "ses_1:p"});
+    let m = |message: Value, part: Value| json!({"export": x, "message": message, "part": part});
+    let user = json!({"id": "msg_1", "role": "user"});
+    let asst = json!({"id": "msg_2", "role": "assistant", "parentID": "msg_1", "modelID": 5});
+    let cases = [
+        json!("just a string"),
+        json!([1, 2, 3]),
+        json!({}),
+        json!({"export": "x", "session": 5}),
+        json!({"export": {"session_id": "../escape", "root_id": "../up"}, "session": {"parentID": "../p", "model": 3}}),
+        json!({"export": x, "session": {"parentID": "ses_0", "title": {}, "model": {"id": 7}}}),
+        json!({"export": x, "message": user}),
+        m(user.clone(), json!("not an object")),
+        m(user.clone(), json!({"type": "text", "text": ["no"]})),
+        m(asst.clone(), json!({"type": "tool", "state": "running"})),
+        m(
+            asst.clone(),
+            json!({"type": "tool", "callID": 9, "state": {"status": "error", "error": "boom", "time": {"start": "a", "end": 2}}}),
+        ),
+        m(
+            asst.clone(),
+            json!({"type": "step-finish", "tokens": "many", "cost": "free"}),
+        ),
+        m(
+            asst.clone(),
+            json!({"type": "step-finish", "tokens": {"input": 1, "cache": 5}, "cost": 0.5}),
+        ),
+        m(asst.clone(), json!({"type": "a type with spaces!"})),
+        m(
+            asst.clone(),
+            json!({"type": "patch", "hash": 1, "files": ["a"]}),
+        ),
+        m(json!("message text"), json!({"type": "text"})),
+    ];
+    malformed(
+        "opencode-export",
+        &cases,
+        "opencode-export__unknown_and_malformed",
+    );
+}
+
 /// The final text of every text/reasoning part OpenCode reported (its update with
 /// `time.end`), by part id.
 fn final_part_texts(lines: &[Value]) -> HashMap<String, String> {

@@ -19,4 +19,8 @@ pub const FILES: &[(&str, &str)] = &[
         "claude-code-transcript.lua",
         include_str!("../../../plugins/claude-code-transcript.lua"),
     ),
+    (
+        "opencode-export.lua",
+        include_str!("../../../plugins/opencode-export.lua"),
+    ),
 ];

@@ -11,10 +11,18 @@ use serde_json::Value as Json;
 
 use super::lines::Line;
 
-/// The source name of the transcript mapping (`plugins/claude-code-transcript.lua`).
-pub const SOURCE: &str = "claude-code-transcript";
-/// The source live capture uses: a session with events from it was captured live.
-pub const LIVE_SOURCE: &str = "claude-code";
+use super::Mapping;
+
+/// Claude Code's transcripts (`plugins/claude-code-transcript.lua`).
+pub const CLAUDE_CODE: Mapping = Mapping {
+    source: "claude-code-transcript",
+    live_source: "claude-code",
+};
+/// OpenCode's stored sessions (`plugins/opencode-export.lua`).
+pub const OPENCODE: Mapping = Mapping {
+    source: "opencode-export",
+    live_source: "opencode",
+};
 /// Ingests in flight at once.
 const WINDOW: usize = 256;
 
@@ -30,6 +38,7 @@ pub struct Known {
 /// Reads every event of `sessions` (those the daemon has) for their import ids and sources.
 pub async fn known(
     client: &Client,
+    mapping: &Mapping,
     sessions: &[String],
     existing: &HashSet<String>,
 ) -> anyhow::Result<Known> {
@@ -44,7 +53,7 @@ pub async fn known(
                 if let Some(id) = field("import_id") {
                     known.import_ids.insert(id.to_string());
                 }
-                if field("source") == Some(LIVE_SOURCE) {
+                if field("source") == Some(mapping.live_source) {
                     known.live = true;
                 }
             }
@@ -73,6 +82,7 @@ type Pending = Pin<Box<dyn Future<Output = Result<IngestResult, dstream_sdk::Err
 /// every result. `progress` is called with the events each line stored.
 pub async fn send(
     client: &Client,
+    mapping: &Mapping,
     session: &str,
     lines: Vec<Line>,
     mut progress: impl FnMut(u64),
@@ -108,7 +118,7 @@ pub async fn send(
             progress(settle(&mut sent, id, r));
         }
         let params = IngestParams {
-            source: SOURCE.to_string(),
+            source: mapping.source.to_string(),
             event: line.event,
             session_id: Some(session.to_string()),
             reply_by_ms: None,
