@@ -552,26 +552,116 @@ fn under_fsync_interval_only_synced_events_leave_the_machine() {
     assert_remote_equals_local(&d, &server.base_url(), "iv");
 }
 
-/// A fork is a session of its own: the relay sends it as a full stream (its parent's events
-/// 1..=k and then its own) without waiting for its first append.
+/// A fork is a session of its own, relayed without waiting for its first append: on a server
+/// that has forks (both reference servers do) as a fork of its parent's stream at an offset
+/// the server gave for it, so the shared events are not sent again, even when a relay filter
+/// kept some of them local.
 #[test]
-fn a_fork_is_relayed_as_a_full_stream_at_once() {
+fn a_fork_is_relayed_as_a_remote_fork_of_its_parents_stream() {
+    for kind in [ServerKind::Rust, ServerKind::Node] {
+        let server = RemoteServer::start(kind);
+        let mut d = Daemon::new(Some(&relay_config(&server.base_url(), "")));
+        std::fs::create_dir_all(d.plugin_dir()).unwrap();
+        std::fs::write(
+            d.plugin_dir().join("keep-notes.lua"),
+            "local M = { name = \"keep-notes\", api = 1 }\n\
+             function M.relay(e) if e.type == \"note.private\" then return nil end return e end\n\
+             return M\n",
+        )
+        .unwrap();
+        d.restart();
+        let mut c = d.client();
+        for i in 0..10 {
+            c.append("par", "user.input", json!({"i": i}));
+            if i == 2 {
+                // Kept local by the relay: the parent's remote stream has fewer messages
+                // than LSNs.
+                c.append("par", "note.private", json!({}));
+            }
+            if i == 5 {
+                // A batch ends at the fork point (LSN 7): the fork can start right there.
+                wait_relayed(&d, "par");
+            }
+        }
+        wait_relayed(&d, "par");
+        c.ok(
+            "fork",
+            json!({"session_id": "par", "at_lsn": 7, "new_session_id": "kid"}),
+        );
+        let st = wait_relayed(&d, "kid");
+        eprintln!(
+            "DEBUG {:?}",
+            read_stream(&format!("{}/{PREFIX}/kid", server.base_url()))
+                .messages
+                .iter()
+                .map(|m| m["lsn"].clone())
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(st["acked_lsn"], 7, "{kind:?}: {st}");
+        assert_eq!(
+            st["bytes_sent"], 0,
+            "{kind:?}: the shared events were not sent again: {st}"
+        );
+        let base = server.base_url();
+        let kid = read_stream(&format!("{base}/{PREFIX}/kid"));
+        let lsns: Vec<u64> = kid
+            .messages
+            .iter()
+            .map(|m| m["lsn"].as_u64().unwrap())
+            .collect();
+        assert_eq!(
+            lsns,
+            [1, 2, 3, 5, 6, 7],
+            "{kind:?}: the parent's messages up to the fork"
+        );
+        c.append("kid", "user.input", json!({"own": true}));
+        wait_relayed(&d, "kid");
+        let kid = read_stream(&format!("{base}/{PREFIX}/kid"));
+        let last = kid.messages.last().unwrap();
+        assert_eq!(
+            (&last["lsn"], &last["payload"]["own"]),
+            (&json!(8), &json!(true)),
+            "{kind:?}: then its own"
+        );
+        assert_eq!(kid.messages.len(), 7, "{kind:?}");
+        let par = read_stream(&format!("{base}/{PREFIX}/par"));
+        assert_eq!(par.messages.len(), 10, "{kind:?}: the parent is untouched");
+
+        // A fork point inside a batch: the fork starts at the last offset before it and
+        // sends the rest itself.
+        c.ok(
+            "fork",
+            json!({"session_id": "par", "at_lsn": 10, "new_session_id": "kid2"}),
+        );
+        wait_relayed(&d, "kid2");
+        let kid2 = read_stream(&format!("{base}/{PREFIX}/kid2"));
+        let lsns: Vec<u64> = kid2
+            .messages
+            .iter()
+            .map(|m| m["lsn"].as_u64().unwrap())
+            .collect();
+        assert_eq!(lsns, [1, 2, 3, 5, 6, 7, 8, 9, 10], "{kind:?}");
+    }
+}
+
+/// A fork of a parent whose stream the server does not hold (the parent is not relayed) goes
+/// as a full stream of its own.
+#[test]
+fn a_fork_of_an_unrelayed_parent_is_relayed_in_full() {
     let server = RemoteServer::start(ServerKind::Rust);
-    let d = Daemon::start_with(&relay_config(&server.base_url(), ""));
+    let extra = "sessions = \"k*\"\n";
+    let d = Daemon::start_with(&relay_config(&server.base_url(), extra));
     let mut c = d.client();
     for i in 0..10 {
         c.append("par", "user.input", json!({"i": i}));
     }
-    wait_relayed(&d, "par");
     c.ok(
         "fork",
         json!({"session_id": "par", "at_lsn": 6, "new_session_id": "kid"}),
     );
     let st = wait_relayed(&d, "kid");
     assert_eq!(st["acked_lsn"], 6, "{st}");
-    assert_remote_equals_local(&d, &server.base_url(), "kid");
-    c.append("kid", "user.input", json!({"own": true}));
-    wait_relayed(&d, "kid");
+    assert!(st["bytes_sent"].as_u64().unwrap() > 0, "{st}");
     assert_remote_equals_local(&d, &server.base_url(), "kid");
 }
 

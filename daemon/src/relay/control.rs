@@ -158,7 +158,7 @@ pub(super) async fn run(shared: Arc<Shared>, session: Arc<str>) {
         }
         if created_for != Some(settings.generation) {
             match remote.create(&url).await {
-                CreateOutcome::Created | CreateOutcome::Existed => {
+                CreateOutcome::Created { .. } | CreateOutcome::Existed => {
                     created_for = Some(settings.generation);
                 }
                 CreateOutcome::Retry { .. } => {

@@ -58,6 +58,13 @@ pub struct Ledger {
     pub stream: Option<String>,
     #[serde(default)]
     pub stream_start: u64,
+    /// `(last LSN, offset)` after some acknowledged batches of the stream, oldest first:
+    /// where a fork of this session can start on the server (see [`Ledger::mark`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub marks: Vec<(u64, String)>,
+    /// The stream was created as a remote fork of its parent's (`Stream-Forked-From`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub remote_fork: bool,
     /// Where the control stream was read up to.
     #[serde(default)]
     pub control_offset: Option<String>,
@@ -66,7 +73,42 @@ pub struct Ledger {
     pub bytes_sent: u64,
 }
 
+/// Marks a ledger keeps: its size stays small whatever the history.
+const MAX_MARKS: usize = 32;
+
 impl Ledger {
+    /// Notes that the stream's offset after the event `lsn` is `offset`. When the marks are
+    /// full, the one whose loss leaves the smallest gap for its age goes (never the first or
+    /// the last): the gaps grow with the distance from the newest, so a fork anywhere finds
+    /// a mark within a fraction of its distance from the end.
+    pub fn mark(&mut self, lsn: u64, offset: &str) {
+        if self.marks.last().is_some_and(|(l, _)| *l >= lsn) {
+            return;
+        }
+        if self.marks.len() >= MAX_MARKS {
+            let newest = lsn;
+            // Cost of dropping mark i: the gap it leaves over its age, compared as fractions.
+            let cost = |i: usize| {
+                let gap = (self.marks[i + 1].0 - self.marks[i - 1].0) as u128;
+                let age = (newest - self.marks[i].0 + 1) as u128;
+                (gap, age)
+            };
+            let cheapest = (1..self.marks.len() - 1).min_by(|&a, &b| {
+                let ((ga, aa), (gb, ab)) = (cost(a), cost(b));
+                (ga * ab).cmp(&(gb * aa))
+            });
+            if let Some(i) = cheapest {
+                self.marks.remove(i);
+            }
+        }
+        self.marks.push((lsn, offset.to_string()));
+    }
+
+    /// The last mark at or before `lsn`.
+    pub fn mark_at_or_before(&self, lsn: u64) -> Option<&(u64, String)> {
+        self.marks.iter().rev().find(|(l, _)| *l <= lsn)
+    }
+
     /// This ledger if it describes `target`, else a fresh one for it.
     pub fn for_target(self, target: &str) -> Ledger {
         if self.target == target {
@@ -142,6 +184,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn marks_stay_few_and_recent_ones_dense() {
+        let mut l = Ledger::default();
+        for lsn in 1..=100_000 {
+            l.mark(lsn, &format!("o{lsn}"));
+        }
+        assert!(l.marks.len() <= MAX_MARKS, "{}", l.marks.len());
+        let lsns: Vec<u64> = l.marks.iter().map(|(l, _)| *l).collect();
+        assert!(lsns.windows(2).all(|w| w[0] < w[1]), "{lsns:?}");
+        assert_eq!(lsns[0], 1, "the first stays: {lsns:?}");
+        assert_eq!(&lsns[lsns.len() - 3..], [99_998, 99_999, 100_000], "{lsns:?}");
+        assert_eq!(l.mark_at_or_before(100_000).unwrap().1, "o100000");
+        // A fork d events from the end finds a mark at most about d further back.
+        for back in [10u64, 1_000, 30_000] {
+            let k = 100_000 - back;
+            let (at, _) = l.mark_at_or_before(k).unwrap();
+            assert!(k - at <= back, "fork at {k}: mark at {at}: {lsns:?}");
+        }
+        assert!(l.mark_at_or_before(0).is_none());
+        l.mark(7, "late");
+        assert_eq!(l.marks.last().unwrap().0, 100_000, "marks only go forward");
+    }
+
+    #[test]
     fn a_ledger_survives_a_round_trip_and_a_missing_one_is_fresh() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = LedgerDir::open(crate::vfs::os(), tmp.path()).unwrap();
@@ -163,6 +228,8 @@ mod tests {
             closed_for_archive: false,
             stream: Some("s1~1".into()),
             stream_start: 12,
+            marks: vec![(30, "0000_100".into()), (40, "0000_123".into())],
+            remote_fork: true,
             control_offset: None,
             bytes_sent: 999,
         };

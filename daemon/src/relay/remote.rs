@@ -64,10 +64,20 @@ pub enum PostOutcome {
     Fatal { reason: String },
 }
 
+/// Where a fork's stream starts: the stream at `source_url` up to `offset`.
+#[derive(Debug, Clone)]
+pub struct ForkFrom {
+    pub source_url: String,
+    pub offset: String,
+}
+
 /// What a PUT came to.
 #[derive(Debug)]
 pub enum CreateOutcome {
-    Created,
+    /// With the new stream's tail (`Stream-Next-Offset`), when the server sent a valid one.
+    Created {
+        next_offset: Option<String>,
+    },
     Existed,
     Retry {
         reason: String,
@@ -153,16 +163,42 @@ impl Remote {
 
     /// `PUT` a JSON stream: created, or already there with the same configuration.
     pub async fn create(&self, url: &str) -> CreateOutcome {
-        let req = self
+        self.put(url, None).await
+    }
+
+    /// `PUT` a JSON stream that starts as a fork of another: the source's messages up to
+    /// `fork.offset` (`Stream-Forked-From`, `Stream-Fork-Offset`; an offset the source handed
+    /// out, so no `Stream-Fork-Sub-Offset`, which the reference servers count differently).
+    /// A server that does not know forks may refuse the headers or ignore them (then the
+    /// stream is created empty).
+    pub async fn create_fork(&self, url: &str, fork: &ForkFrom) -> CreateOutcome {
+        self.put(url, Some(fork)).await
+    }
+
+    async fn put(&self, url: &str, fork: Option<&ForkFrom>) -> CreateOutcome {
+        let mut req = self
             .request(reqwest::Method::PUT, url)
             .header("content-type", JSON)
             .timeout(REQUEST_TIMEOUT);
+        if let Some(f) = fork {
+            // The source is named by its path on the same server.
+            let path = reqwest::Url::parse(&f.source_url)
+                .map(|u| u.path().to_string())
+                .unwrap_or_else(|_| f.source_url.clone());
+            req = req
+                .header("stream-forked-from", path)
+                .header("stream-fork-offset", &f.offset);
+        }
         let resp = match self.send(req).await {
             Ok(r) => r,
             Err(t) => return t.into(),
         };
         match resp.status() {
-            StatusCode::CREATED => CreateOutcome::Created,
+            StatusCode::CREATED => CreateOutcome::Created {
+                next_offset: header(resp.headers(), "stream-next-offset")
+                    .filter(|o| valid_offset(o))
+                    .map(str::to_string),
+            },
             StatusCode::OK | StatusCode::NO_CONTENT => CreateOutcome::Existed,
             _ => match self.trouble(resp).await {
                 Trouble::Fatal { reason } => CreateOutcome::Fatal {
@@ -289,6 +325,11 @@ impl Remote {
     /// `GET` one page of the stream's tail from `offset` and scan it as it arrives for the
     /// highest relayed LSN: nothing of the body is kept, however long the page.
     pub async fn scan_tail(&self, url: &str, offset: &str) -> ReadOutcome<LsnScan> {
+        self.scan_page(url, offset, LsnScan::default()).await
+    }
+
+    /// `GET` one page from `offset` through `scan` (see [`LsnScan::counting`]).
+    pub async fn scan_page(&self, url: &str, offset: &str, scan: LsnScan) -> ReadOutcome<LsnScan> {
         let mut resp = match self.get(url, offset, false).await {
             Ok(r) => r,
             Err(outcome) => return outcome,
@@ -297,7 +338,7 @@ impl Remote {
             Ok(h) => h,
             Err(t) => return t.into(),
         };
-        let mut scan = LsnScan::default();
+        let mut scan = scan;
         loop {
             match resp.chunk().await {
                 Ok(Some(chunk)) => {

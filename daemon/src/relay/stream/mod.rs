@@ -20,11 +20,13 @@
 //!
 //! The parts: [`worker`] (a stream's state: its ledger, its status, its backoff), [`send`]
 //! (each step: creating the stream, cutting, sending and acknowledging batches, closing it),
-//! [`resync`] (agreeing with the server again, and new epochs), [`body`] (what a batch's
+//! [`resync`] (agreeing with the server again, and new epochs), [`fork`] (a fork's stream
+//! created as a fork of its parent's on the server), [`body`] (what a batch's
 //! body holds: the stored events, or what the relay filters make of them), [`quiet`]
 //! (rate-limited warnings); this file runs the stream's task.
 
 mod body;
+mod fork;
 mod quiet;
 mod resync;
 mod send;
@@ -70,6 +72,7 @@ pub(super) async fn run(shared: Arc<Shared>, session: Arc<str>, wake: Arc<Notify
         was_idle: false,
         troubles: 0,
         warnings: QuietLog::default(),
+        fork_declined: false,
     };
     if let Err(e) = w.load_ledger().await {
         return w.stop_failed(e.to_string(), control).await;

@@ -83,8 +83,12 @@ impl Worker {
     /// from an earlier ledger: resync before sending any.
     pub(super) async fn create(&mut self, remote: &Remote) -> Step {
         self.set_state(State::CatchingUp);
+        if let Some(step) = self.create_as_fork(remote).await {
+            return step;
+        }
         match remote.create(&self.url()).await {
-            CreateOutcome::Created => {
+            CreateOutcome::Created { .. } => {
+                self.ledger.marks.clear();
                 // A continuation stream begins after the archived part.
                 self.ledger.acked_lsn = self.ledger.stream_start;
                 self.ledger.remote_offset = None;
@@ -226,6 +230,7 @@ impl Worker {
         l.closed = false;
         l.closed_for_archive = false;
         l.remote_offset = None;
+        l.marks.clear();
         l.inflight = None;
         l.next_seq = 0;
         self.body = None;
@@ -369,6 +374,9 @@ impl Worker {
         l.acked_lsn = l.acked_lsn.max(f.last_lsn);
         l.next_seq = f.seq + 1;
         l.inflight = None;
+        if let Some(o) = &next_offset {
+            l.mark(f.last_lsn, o);
+        }
         if next_offset.is_some() {
             l.remote_offset = next_offset;
         }

@@ -45,6 +45,8 @@ pub(super) struct Worker {
     /// waits the backoff first.
     pub(super) troubles: u32,
     pub(super) warnings: QuietLog,
+    /// Creating the stream as a remote fork was tried and is not possible: it goes full.
+    pub(super) fork_declined: bool,
 }
 
 impl Worker {
