@@ -193,7 +193,11 @@ mod tests {
         let lsns: Vec<u64> = l.marks.iter().map(|(l, _)| *l).collect();
         assert!(lsns.windows(2).all(|w| w[0] < w[1]), "{lsns:?}");
         assert_eq!(lsns[0], 1, "the first stays: {lsns:?}");
-        assert_eq!(&lsns[lsns.len() - 3..], [99_998, 99_999, 100_000], "{lsns:?}");
+        assert_eq!(
+            &lsns[lsns.len() - 3..],
+            [99_998, 99_999, 100_000],
+            "{lsns:?}"
+        );
         assert_eq!(l.mark_at_or_before(100_000).unwrap().1, "o100000");
         // A fork d events from the end finds a mark at most about d further back.
         for back in [10u64, 1_000, 30_000] {

@@ -1,7 +1,8 @@
-//! Power-loss simulation of fork and deletion (see `power_loss` for the disk): the power fails
-//! at every call a fork or a deletion makes, in turn; after the restart the fork is either
-//! whole (its parent's events 1..=k, its origin recorded) or absent with its id free, and the
-//! deleted session either whole or gone with its tombstone; nothing is quarantined.
+//! Power-loss simulation of fork, deletion and compression (see `power_loss` for the disk):
+//! the power fails at every call one of them makes, in turn; after the restart the fork is
+//! either whole (its parent's events 1..=k, its origin recorded) or absent with its id free,
+//! the deleted session either whole or gone with its tombstone, the compressed session reads
+//! the same events (and an append acknowledged after it is there); nothing is quarantined.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -156,4 +157,114 @@ fn a_fork_or_a_deletion_cut_by_a_power_failure_is_all_or_nothing() {
             break;
         }
     }
+}
+
+/// Compresses `p`, then appends to it, with the power failing after `after` calls.
+async fn crash_compressing(after: u64, seed: u64) -> bool {
+    let vfs = prepared().await;
+    let store = open(&vfs).await.unwrap();
+    let p = events(&store, "p").await.unwrap();
+    vfs.crash_after(after);
+    let s = store.clone();
+    let compressed = tokio::task::spawn_blocking(move || s.compress_blocking("p"))
+        .await
+        .unwrap();
+    let appended = compressed.is_ok() && store.append_wait("p", event(40), false).await.is_ok();
+    let finished = !vfs.crashed();
+    vfs.crash_now();
+    drop(store);
+    let mut rng = SimRng::new(seed);
+    let (vfs, _) = vfs.reboot(&mut rng);
+    let store = open(&vfs)
+        .await
+        .unwrap_or_else(|e| panic!("crash after {after} calls: restart failed: {e}"));
+    let quarantined = store.get("p").and_then(|s| s.quarantine().cloned());
+    assert!(
+        quarantined.is_none(),
+        "crash after {after}: {quarantined:?}"
+    );
+    let got = events(&store, "p").await.unwrap();
+    assert_eq!(
+        got[..40],
+        p[..],
+        "crash after {after}: the compressed events"
+    );
+    match got.len() {
+        40 => assert!(
+            !appended,
+            "crash after {after}: an acknowledged append is lost"
+        ),
+        41 => assert_eq!(got[40].0, 41, "crash after {after}"),
+        n => panic!("crash after {after}: {n} events"),
+    }
+    // Whatever form it was left in, it compresses (again) and still reads the same.
+    let s = store.clone();
+    tokio::task::spawn_blocking(move || s.compress_blocking("p"))
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("crash after {after}: compressing again: {e}"));
+    assert_eq!(
+        events(&store, "p").await.unwrap(),
+        got,
+        "crash after {after}"
+    );
+    store.shutdown().await;
+    finished
+}
+
+#[test]
+fn a_compression_cut_by_a_power_failure_leaves_one_whole_form() {
+    let rt = runtime();
+    for after in 1.. {
+        let finished = (0..4).fold(false, |_, seed| {
+            rt.block_on(crash_compressing(after, after * 6271 + seed))
+        });
+        if finished {
+            assert!(
+                after > 5,
+                "compressing and appending made only {after} calls"
+            );
+            eprintln!(
+                "cut at each of the {} calls a compression and an append make",
+                after - 1
+            );
+            break;
+        }
+    }
+}
+
+/// A disk that fills up while a session is compressed: the compression fails with the error,
+/// the old form stays (reads, appends once there is room), nothing is left behind, and it
+/// compresses once space is freed.
+#[test]
+fn a_full_disk_during_compression_keeps_the_old_form() {
+    runtime().block_on(async {
+        let vfs = prepared().await;
+        let store = open(&vfs).await.unwrap();
+        let p = events(&store, "p").await.unwrap();
+        let sessions = Path::new(DATA).join("sessions");
+        let before = vfs.used();
+        vfs.set_capacity(Some(before + 64));
+        let s = store.clone();
+        let r = tokio::task::spawn_blocking(move || s.compress_blocking("p"))
+            .await
+            .unwrap();
+        let err = r.expect_err("compressing on a full disk");
+        assert!(err.to_string().contains("no space"), "{err}");
+        assert_eq!(vfs.used(), before, "nothing left behind");
+        assert!(vfs.contents(&sessions.join("p.zst")).is_none());
+        assert_eq!(events(&store, "p").await.unwrap(), p, "the old form reads");
+        assert!(store.get("p").unwrap().quarantine().is_none());
+
+        vfs.set_capacity(None);
+        store.append_wait("p", event(40), false).await.unwrap();
+        let s = store.clone();
+        tokio::task::spawn_blocking(move || s.compress_blocking("p"))
+            .await
+            .unwrap()
+            .unwrap();
+        let got = events(&store, "p").await.unwrap();
+        assert_eq!((got.len(), &got[..40]), (41, &p[..]));
+        store.shutdown().await;
+    });
 }

@@ -58,6 +58,9 @@ pub(super) struct Disk {
     pub(super) locked: Vec<PathBuf>,
     /// Temporary names handed out (see `Vfs::temp_seq`).
     pub(super) temp_seq: u64,
+    /// Bytes the files may hold in all: a write that would grow them past it fails with
+    /// `StorageFull` and changes nothing, as a full disk does.
+    pub(super) capacity: Option<u64>,
 }
 
 pub(super) fn dead() -> io::Error {
@@ -98,6 +101,29 @@ impl Disk {
             return Err(dead());
         }
         Ok(())
+    }
+
+    /// Bytes all files hold now.
+    pub(super) fn used(&self) -> u64 {
+        self.nodes
+            .values()
+            .map(|n| match n {
+                Node::File(f) => f.data.len() as u64,
+                Node::Dir(_) => 0,
+            })
+            .sum()
+    }
+
+    /// Fails with `StorageFull` when growing a file from `from` to `to` bytes would pass the
+    /// capacity.
+    pub(super) fn room_for(&self, from: u64, to: u64) -> io::Result<()> {
+        match self.capacity {
+            Some(cap) if to > from && self.used() + (to - from) > cap => Err(io::Error::new(
+                io::ErrorKind::StorageFull,
+                "simulated disk: no space left on device",
+            )),
+            _ => Ok(()),
+        }
     }
 
     pub(super) fn alive(&self) -> io::Result<()> {

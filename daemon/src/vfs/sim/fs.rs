@@ -44,6 +44,16 @@ impl SimVfs {
         disk.crash_at = Some(disk.mutations + n.max(1));
     }
 
+    /// Limits what the files may hold in all (`None`: no limit); see `Disk::capacity`.
+    pub fn set_capacity(&self, bytes: Option<u64>) {
+        self.disk.lock().unwrap().capacity = bytes;
+    }
+
+    /// Bytes all files hold now.
+    pub fn used(&self) -> u64 {
+        self.disk.lock().unwrap().used()
+    }
+
     /// Loses power now.
     pub fn crash_now(&self) {
         self.disk.lock().unwrap().crashed = true;
@@ -105,6 +115,12 @@ impl SimFile {
     fn change(&self, change: Pending) -> io::Result<()> {
         let mut disk = self.disk.lock().unwrap();
         disk.mutate()?;
+        let len = disk.file_mut(self.ino)?.data.len() as u64;
+        let new_len = match &change {
+            Pending::Write { offset, bytes } => len.max(offset + bytes.len() as u64),
+            Pending::SetLen(l) => *l,
+        };
+        disk.room_for(len, new_len)?;
         let f = disk.file_mut(self.ino)?;
         apply(&mut f.data, &change);
         f.pending.push(change);
