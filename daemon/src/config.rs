@@ -21,6 +21,7 @@ pub struct Config {
     pub checkpoints: CheckpointsConfig,
     pub relay: RelayConfig,
     pub retention: RetentionConfig,
+    pub http: crate::http::settings::HttpConfig,
     /// The file this configuration was read from, if any (hot reload reads it again).
     #[serde(skip)]
     pub file: Option<PathBuf>,
@@ -370,6 +371,12 @@ impl Config {
         if let Err(e) = crate::util::duration::parse_or_off(&self.retention.compress_after) {
             return bad("retention.compress_after", &e);
         }
+        if let Err(e) = self.http.listen() {
+            return bad("http.listen", &e);
+        }
+        if self.http.max_body_bytes < 1024 {
+            return bad("http.max_body_bytes", "must be at least 1024");
+        }
         if self.daemon.max_connections == 0 {
             return bad("daemon.max_connections", "must be at least 1");
         }
@@ -488,6 +495,8 @@ pub struct DaemonFlags {
     pub config: Option<PathBuf>,
     pub socket: Option<PathBuf>,
     pub data_dir: Option<PathBuf>,
+    /// `--http-listen`: over `[http] listen` (and `DSTREAM_HTTP_LISTEN`).
+    pub http_listen: Option<String>,
 }
 
 /// `$XDG_CONFIG_HOME/dstream/config.toml`, else `~/.config/dstream/config.toml`: the file a
@@ -542,6 +551,14 @@ impl Config {
             .or_else(|| env_path("DSTREAM_DATA_DIR"))
         {
             self.daemon.data_dir = dir;
+        }
+        let listen = flags.http_listen.clone().or_else(|| {
+            std::env::var("DSTREAM_HTTP_LISTEN")
+                .ok()
+                .filter(|v| !v.is_empty())
+        });
+        if let Some(listen) = listen {
+            self.http.listen = listen;
         }
     }
 }

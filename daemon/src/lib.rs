@@ -37,6 +37,7 @@ pub(crate) mod event_json;
 pub(crate) mod event_types;
 mod follower;
 mod frame;
+pub mod http;
 pub(crate) mod hub;
 mod jsonscan;
 pub mod lossy_json;

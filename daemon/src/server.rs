@@ -156,6 +156,8 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
     )
     .map_err(StartError::Spool)?;
     components.add(spool.clone());
+    let http = crate::http::HttpListener::start(&config.http, &data_dir, pipeline.clone()).await;
+    components.add(http.clone());
     if let Some(w) = crate::watch::start(pipeline.clone(), config.file.clone()) {
         components.add(Arc::new(w));
     }
@@ -180,6 +182,7 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
         relay,
         retention,
         spool,
+        http,
         stats: Default::default(),
         started,
         agents: Default::default(),

@@ -42,6 +42,8 @@ pub struct DaemonState {
     pub retention: Arc<crate::retention::Retention>,
     /// Drains what hooks spooled while no daemon ran.
     pub(crate) spool: Arc<crate::spool::drain::SpoolDrain>,
+    /// The HTTP listener (OTLP receiver).
+    pub(crate) http: Arc<crate::http::HttpListener>,
     pub stats: ServerStats,
     pub memory: MemoryBudget,
     pub slots: Arc<crate::slots::Slots>,

@@ -496,6 +496,14 @@ impl Daemon {
         if let Some(c) = config {
             cmd.arg("--config").arg(c);
         }
+        // No HTTP listener unless the test's configuration asks for one: many test daemons
+        // run at once, and the default port is the user's.
+        let wants_http = config
+            .and_then(|c| fs::read_to_string(c).ok())
+            .is_some_and(|text| text.contains("[http]"));
+        if !wants_http {
+            cmd.args(["--http-listen", "off"]);
+        }
         let log = |name: &str| {
             fs::OpenOptions::new()
                 .create(true)

@@ -23,6 +23,10 @@ pub struct DaemonArgs {
     /// Plugin folder [default: plugins.dir, else $XDG_CONFIG_HOME/dstream/plugins, else ~/.config/dstream/plugins].
     #[arg(long)]
     plugin_dir: Option<PathBuf>,
+    /// Where the HTTP listener listens: a loopback address and port, 0 (a free port, which
+    /// `dstream stats` names) or off [env: DSTREAM_HTTP_LISTEN; default: [http] listen].
+    #[arg(long)]
+    http_listen: Option<String>,
 }
 
 pub fn run(args: DaemonArgs) -> anyhow::Result<ExitCode> {
@@ -38,6 +42,7 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<ExitCode> {
         config: args.config,
         socket: args.socket,
         data_dir: args.data_dir,
+        http_listen: args.http_listen,
     })?;
     config.plugin_dir_override = args.plugin_dir;
     raise_open_file_limit();

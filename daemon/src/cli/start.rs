@@ -41,6 +41,7 @@ pub fn run(args: StartArgs) -> anyhow::Result<ExitCode> {
         config: args.config,
         socket: args.socket,
         data_dir: args.data_dir,
+        ..DaemonFlags::default()
     })?;
     let launch = Launch {
         exe: std::env::current_exe()?,

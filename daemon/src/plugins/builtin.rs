@@ -23,4 +23,8 @@ pub const FILES: &[(&str, &str)] = &[
         "opencode-export.lua",
         include_str!("../../../plugins/opencode-export.lua"),
     ),
+    (
+        "claude-code-otel.lua",
+        include_str!("../../../plugins/claude-code-otel.lua"),
+    ),
 ];

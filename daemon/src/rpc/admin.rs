@@ -100,6 +100,7 @@ pub(super) fn stats(state: &DaemonState) -> RpcResult {
         pending_checkpoints: state.checkpoints.pending_count() as u64,
         relay: state.relay.totals(),
         spool: state.spool.stats(&state.config().data_dir()),
+        http: state.http.stats(),
     })
 }
 

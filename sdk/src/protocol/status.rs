@@ -47,6 +47,25 @@ pub struct StatsResult {
     /// Events hooks spooled while no daemon ran: what waits, and what the drain did.
     #[serde(default)]
     pub spool: SpoolStats,
+    /// The HTTP listener (the OTLP receiver).
+    #[serde(default)]
+    pub http: HttpStats,
+}
+
+/// The HTTP listener, in `stats`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HttpStats {
+    /// Where it listens (`127.0.0.1:4438`), when it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+    /// Why it does not listen, when it does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub off: Option<String>,
+    /// OTLP log records received, and metric data points.
+    pub otlp_records: u64,
+    pub otlp_metric_points: u64,
+    /// Requests refused for their Host, Origin or token.
+    pub refused: u64,
 }
 
 /// The spool, in `stats`.

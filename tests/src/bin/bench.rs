@@ -15,6 +15,8 @@ mod checkpoints;
 mod ffi;
 #[path = "bench/http.rs"]
 mod http;
+#[path = "bench/import.rs"]
+mod import;
 #[path = "bench/load.rs"]
 mod load;
 #[path = "bench/procs.rs"]
@@ -59,6 +61,10 @@ const MANY_WINDOW: u64 = 64;
 /// Checkpoint round trips timed, and pending checkpoints held at once.
 const CHECKPOINT_ROUND_TRIPS: usize = 500;
 const PENDING_CHECKPOINTS: u64 = 100_000;
+/// Generated Claude Code transcripts the import is timed on: sessions, and turns per session
+/// (four lines each).
+const IMPORT_SESSIONS: usize = 50;
+const IMPORT_TURNS: usize = 50;
 /// Events per relay POST in the relay benchmark, and single events timed to a live reader.
 const RELAY_BATCH: u64 = 1000;
 const RELAY_LIVE_EVENTS: u64 = 300;
@@ -865,6 +871,32 @@ impl Bench<'_> {
         }
         drop(dir);
         sync_disk();
+
+        // Import: generated Claude Code transcripts into a fresh daemon.
+        let (sessions, turns) = if quick {
+            (5, 25)
+        } else {
+            (IMPORT_SESSIONS, IMPORT_TURNS)
+        };
+        let (dir, s) = self.dstream(bin, "dstream-import-")?;
+        let transcripts = s.dir.join("transcripts");
+        let lines = import::write_transcripts(&transcripts, sessions, turns)?;
+        let (d, _) = s.start(FSYNC_ALWAYS)?;
+        let summary = import::import(bin, &s.socket(), &transcripts);
+        d.stop()?;
+        let summary = summary?;
+        eprintln!(
+            "bench:   import of {lines} transcript lines: {} lines/s, {} events, {} errors",
+            summary["lines_per_sec"], summary["events"], summary["errors"]
+        );
+        if summary["lines"] != lines || summary["errors"] != 0 {
+            self.notes.push(format!("import: {summary}"));
+        }
+        if let Some(rate) = summary["lines_per_sec"].as_f64() {
+            self.ours.insert("import/lines_s", rate);
+        }
+        drop(dir);
+        sync_disk();
         Ok(())
     }
 
@@ -1299,6 +1331,12 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
     t.add(
         "`ingest` of captured Claude Code payloads, C=16 over 16 sessions, events/s (fsync=always)",
         get(ours, "ingest/s"),
+        None,
+        Better::Higher,
+    );
+    t.add(
+        format!("`dstream import claude-code`, transcript lines/s ({IMPORT_SESSIONS} generated sessions of {IMPORT_TURNS} tool turns, fsync=always)"),
+        get(ours, "import/lines_s"),
         None,
         Better::Higher,
     );

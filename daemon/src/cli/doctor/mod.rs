@@ -48,6 +48,7 @@ fn load_config(args: &DoctorArgs) -> (Config, Check) {
         config: args.config.clone(),
         socket: args.socket.clone(),
         data_dir: args.data_dir.clone(),
+        ..DaemonFlags::default()
     };
     match Config::resolve(&flags) {
         Ok(c) => {

@@ -1,0 +1,160 @@
+//! The daemon's one HTTP listener, on loopback only: the OTLP receiver (`otlp`) today; the
+//! web view and Durable Streams reads later. Every request passes `guard` (loopback `Host`, no
+//! foreign `Origin`, the bearer token of `token`); bodies are bounded by `[http]
+//! max_body_bytes`. Where it listens is `[http] listen` (`settings`), or `--http-listen`. A
+//! port in use is not fatal: the socket is the daemon's main job, so it logs why, and `stats`
+//! says the listener is off.
+
+pub mod guard;
+pub mod otlp;
+pub mod settings;
+pub mod token;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::post;
+use tokio::sync::watch;
+
+use crate::component::{Component, Stopping};
+use crate::pipeline::Pipeline;
+use settings::{HttpConfig, Listen};
+
+/// What the handlers share.
+pub struct App {
+    pub pipeline: Arc<Pipeline>,
+    pub token: String,
+    pub allowed_origins: Vec<String>,
+    pub max_body_bytes: usize,
+    pub stats: Arc<HttpStats>,
+}
+
+/// Counters for `dstream stats`.
+#[derive(Debug, Default)]
+pub struct HttpStats {
+    pub otlp_records: AtomicU64,
+    pub otlp_metric_points: AtomicU64,
+    /// Requests refused by the guard.
+    pub refused: AtomicU64,
+}
+
+/// The running listener (a component: stopped with the daemon).
+pub struct HttpListener {
+    /// Where it listens, or why it does not.
+    pub state: Result<SocketAddr, String>,
+    pub stats: Arc<HttpStats>,
+    stop: watch::Sender<bool>,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl HttpListener {
+    /// Binds and serves `config`'s address; never fails the daemon's start (see the module
+    /// docs).
+    pub async fn start(
+        config: &HttpConfig,
+        data_dir: &Path,
+        pipeline: Arc<Pipeline>,
+    ) -> Arc<HttpListener> {
+        let stats = Arc::new(HttpStats::default());
+        let (stop, mut stopped) = watch::channel(false);
+        let not_started = |why: String, stats: Arc<HttpStats>, stop| {
+            Arc::new(HttpListener {
+                state: Err(why),
+                stats,
+                stop,
+                task: Mutex::new(None),
+            })
+        };
+        let addr = match config.listen() {
+            Ok(Listen::At(a)) => a,
+            Ok(Listen::Off) => {
+                return not_started("off ([http] listen = \"off\")".into(), stats, stop);
+            }
+            Err(e) => return not_started(e, stats, stop),
+        };
+        let token = match token::load_or_create(data_dir) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::error!(error = %e, "the HTTP listener is off: no token");
+                return not_started(format!("no token: {e}"), stats, stop);
+            }
+        };
+        let listener = match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(%addr, error = %e, "the HTTP listener is off: cannot listen there ([http] listen, --http-listen)");
+                return not_started(format!("cannot listen on {addr}: {e}"), stats, stop);
+            }
+        };
+        let bound = listener.local_addr().unwrap_or(addr);
+        let app = Arc::new(App {
+            pipeline,
+            token,
+            allowed_origins: config.allowed_origins.clone(),
+            max_body_bytes: config.max_body_bytes,
+            stats: stats.clone(),
+        });
+        let router = Router::new()
+            .route("/v1/logs", post(otlp::logs))
+            .route("/v1/metrics", post(otlp::metrics))
+            .layer(DefaultBodyLimit::max(config.max_body_bytes))
+            .layer(axum::middleware::from_fn_with_state(
+                app.clone(),
+                guard::check,
+            ))
+            .with_state(app);
+        tracing::info!(%bound, "HTTP listener ready (OTLP: /v1/logs, /v1/metrics)");
+        let task = tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            };
+            if let Err(e) = axum::serve(listener, router)
+                .with_graceful_shutdown(shutdown)
+                .await
+            {
+                tracing::error!(error = %e, "the HTTP listener stopped");
+            }
+        });
+        Arc::new(HttpListener {
+            state: Ok(bound),
+            stats,
+            stop,
+            task: Mutex::new(Some(task)),
+        })
+    }
+}
+
+impl HttpListener {
+    /// Where it listens and what it received, for `stats`.
+    pub fn stats(&self) -> dstream_sdk::protocol::HttpStats {
+        let r = std::sync::atomic::Ordering::Relaxed;
+        dstream_sdk::protocol::HttpStats {
+            listen: self.state.as_ref().ok().map(|a| a.to_string()),
+            off: self.state.as_ref().err().cloned(),
+            otlp_records: self.stats.otlp_records.load(r),
+            otlp_metric_points: self.stats.otlp_metric_points.load(r),
+            refused: self.stats.refused.load(r),
+        }
+    }
+}
+
+impl Component for HttpListener {
+    fn name(&self) -> &'static str {
+        "http"
+    }
+
+    fn stop(&self) -> Stopping<'_> {
+        Box::pin(async move {
+            let _ = self.stop.send(true);
+            let task = self.task.lock().unwrap().take();
+            if let Some(t) = task {
+                // In-flight requests finish (their events are stored) before the pipeline stops.
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(5), t).await;
+            }
+        })
+    }
+}

@@ -1,0 +1,320 @@
+//! The HTTP listener's OTLP receiver against a real daemon: Claude Code's log records (JSON,
+//! protobuf, gzip) become the session's `usage.request`, `execution.permission` and
+//! `session.error` events, once each; a request without the token, from a foreign Host or
+//! Origin, oversize, malformed or of another type is refused with the right status and
+//! stores nothing.
+#![cfg(unix)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+
+use dstream_tests::Daemon;
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+use prost::Message;
+use serde_json::{Value, json};
+
+const CONFIG: &str = "[http]\nlisten = \"0\"\nmax_body_bytes = 65536\n";
+
+/// Request headers, in order.
+type Head = Vec<(&'static str, String)>;
+
+struct Listener {
+    addr: String,
+    token: String,
+}
+
+fn listener(d: &Daemon) -> Listener {
+    let stats = d.client().ok("stats", json!({}));
+    let addr = stats["http"]["listen"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no listener: {stats}"))
+        .to_string();
+    let token_file = d.data_dir().join("http.token");
+    let mode = std::os::unix::fs::MetadataExt::mode(&std::fs::metadata(&token_file).unwrap());
+    assert_eq!(mode & 0o777, 0o600, "the token is the owner's only");
+    let token = std::fs::read_to_string(token_file)
+        .unwrap()
+        .trim()
+        .to_string();
+    Listener { addr, token }
+}
+
+/// One HTTP/1.1 request; the status and body of the answer.
+fn request(addr: &str, head: &[(&str, String)], body: &[u8]) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let mut req = "POST /v1/logs HTTP/1.1\r\nConnection: close\r\n".to_string();
+    for (k, v) in head {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if !head
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+    {
+        req.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let _ = s.write_all(body);
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no HTTP answer: {text:?}"));
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+fn good_head(l: &Listener, content_type: &str) -> Head {
+    vec![
+        ("Host", l.addr.clone()),
+        ("Authorization", format!("Bearer {}", l.token)),
+        ("Content-Type", content_type.to_string()),
+    ]
+}
+
+fn attr(key: &str, v: any_value::Value) -> KeyValue {
+    KeyValue {
+        key: key.into(),
+        value: Some(AnyValue { value: Some(v) }),
+    }
+}
+
+fn s(v: &str) -> any_value::Value {
+    any_value::Value::StringValue(v.into())
+}
+
+/// An `api_request` record as Claude Code 2.1.330 sends it.
+fn api_request(session: &str, seq: i64, cost: f64) -> LogRecord {
+    LogRecord {
+        time_unix_nano: 1_795_000_000_000_000_000,
+        body: Some(AnyValue {
+            value: Some(s("claude_code.api_request")),
+        }),
+        attributes: vec![
+            attr("event.name", s("api_request")),
+            attr("session.id", s(session)),
+            attr("event.sequence", any_value::Value::IntValue(seq)),
+            attr("event.timestamp", s("2026-11-25T10:00:00.000Z")),
+            attr("prompt.id", s("p-1")),
+            attr("model", s("claude-sonnet-4-5")),
+            attr("input_tokens", s("1200")),
+            attr("output_tokens", s("80")),
+            attr("cache_read_tokens", s("9000")),
+            attr("cache_creation_tokens", s("300")),
+            attr("cost_usd", any_value::Value::DoubleValue(cost)),
+            attr("duration_ms", s("1500")),
+            attr("request_id", s("req_1")),
+        ],
+        ..Default::default()
+    }
+}
+
+fn tool_decision(session: &str, seq: i64) -> LogRecord {
+    LogRecord {
+        body: Some(AnyValue {
+            value: Some(s("claude_code.tool_decision")),
+        }),
+        attributes: vec![
+            attr("event.name", s("tool_decision")),
+            attr("session.id", s(session)),
+            attr("event.sequence", any_value::Value::IntValue(seq)),
+            attr("event.timestamp", s("2026-11-25T10:00:01.000Z")),
+            attr("tool_name", s("Bash")),
+            attr("tool_use_id", s("toolu_1")),
+            attr("decision", s("accept")),
+            attr("source", s("user_temporary")),
+        ],
+        ..Default::default()
+    }
+}
+
+fn export(records: Vec<LogRecord>) -> ExportLogsServiceRequest {
+    ExportLogsServiceRequest {
+        resource_logs: vec![ResourceLogs {
+            scope_logs: vec![ScopeLogs {
+                log_records: records,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(bytes).unwrap();
+    e.finish().unwrap()
+}
+
+fn of_type(events: &[Value], t: &str) -> Vec<Value> {
+    events.iter().filter(|e| e["type"] == t).cloned().collect()
+}
+
+#[test]
+fn claude_code_telemetry_lands_in_its_session_once() {
+    let d = Daemon::start_with(CONFIG);
+    let l = listener(&d);
+    let mut c = d.client();
+
+    // Protobuf, gzip.
+    let body = export(vec![api_request("s1", 0, 0.0123), tool_decision("s1", 1)]).encode_to_vec();
+    let mut head = good_head(&l, "application/x-protobuf");
+    head.push(("Content-Encoding", "gzip".into()));
+    let (status, _) = request(&l.addr, &head, &gzip(&body));
+    assert_eq!(status, 200);
+    let events = c.read_all("s1");
+    let usage = of_type(&events, "usage.request");
+    assert_eq!(usage.len(), 1, "{events:#?}");
+    let p = &usage[0]["payload"];
+    assert_eq!(
+        (
+            &p["input_tokens"],
+            &p["output_tokens"],
+            &p["cache_read_input_tokens"],
+            &p["cache_creation_input_tokens"]
+        ),
+        (&json!(1200), &json!(80), &json!(9000), &json!(300)),
+        "{p}"
+    );
+    assert_eq!(p["cost_usd_micros"], 12300, "money as an integer: {p}");
+    assert_eq!(p["model"], "claude-sonnet-4-5");
+    assert_eq!(usage[0]["metadata"]["source"], "otlp");
+    let decisions = of_type(&events, "execution.permission");
+    assert_eq!(decisions.len(), 1, "{events:#?}");
+    assert_eq!(decisions[0]["payload"]["decision"], "accept");
+    assert_eq!(decisions[0]["payload"]["tool_use_id"], "toolu_1");
+
+    // The same records again (an exporter's retry), as JSON: nothing new. A resumed process
+    // starts its sequence at 0 again, with a new timestamp: that one is new.
+    let json_body = r#"{"resourceLogs":[{"scopeLogs":[{"logRecords":[
+        {"body":{"stringValue":"claude_code.api_request"},"attributes":[
+          {"key":"event.name","value":{"stringValue":"api_request"}},
+          {"key":"session.id","value":{"stringValue":"s1"}},
+          {"key":"event.sequence","value":{"intValue":"0"}},
+          {"key":"event.timestamp","value":{"stringValue":"2026-11-25T10:00:00.000Z"}},
+          {"key":"cost_usd","value":{"doubleValue":0.0123}}]},
+        {"body":{"stringValue":"claude_code.api_request"},"attributes":[
+          {"key":"event.name","value":{"stringValue":"api_request"}},
+          {"key":"session.id","value":{"stringValue":"s1"}},
+          {"key":"event.sequence","value":{"intValue":"0"}},
+          {"key":"event.timestamp","value":{"stringValue":"2026-11-25T11:00:00.000Z"}},
+          {"key":"cost_usd","value":{"doubleValue":0.5}}]}]}]}]}"#;
+    let (status, answer) = request(
+        &l.addr,
+        &good_head(&l, "application/json"),
+        json_body.as_bytes(),
+    );
+    assert_eq!(status, 200, "{answer}");
+    let usage = of_type(&c.read_all("s1"), "usage.request");
+    let micros: Vec<&Value> = usage
+        .iter()
+        .map(|u| &u["payload"]["cost_usd_micros"])
+        .collect();
+    assert_eq!(micros, [&json!(12300), &json!(500000)], "{usage:#?}");
+
+    let stats = c.ok("stats", json!({}));
+    assert_eq!(stats["http"]["otlp_records"], 4, "{stats}");
+}
+
+#[test]
+fn bad_requests_are_refused_and_store_nothing() {
+    let d = Daemon::start_with(CONFIG);
+    let l = listener(&d);
+    let body = export(vec![api_request("s2", 0, 0.01)]).encode_to_vec();
+    let good = good_head(&l, "application/x-protobuf");
+    let without =
+        |name: &str| -> Head { good.iter().filter(|(k, _)| *k != name).cloned().collect() };
+    let with = |name: &'static str, value: &str| {
+        let mut h = without(name);
+        h.push((name, value.to_string()));
+        h
+    };
+    let cases: Vec<(&str, Head, Vec<u8>, u16)> = vec![
+        ("no token", without("Authorization"), body.clone(), 401),
+        (
+            "a wrong token",
+            with("Authorization", "Bearer 00ff"),
+            body.clone(),
+            401,
+        ),
+        (
+            "a foreign Host (DNS rebinding)",
+            with("Host", "evil.example:4438"),
+            body.clone(),
+            403,
+        ),
+        (
+            "a web page's Origin",
+            {
+                let mut h = good.clone();
+                h.push(("Origin", "http://evil.example".into()));
+                h
+            },
+            body.clone(),
+            403,
+        ),
+        (
+            "another content type",
+            with("Content-Type", "text/plain"),
+            body.clone(),
+            415,
+        ),
+        (
+            "malformed protobuf",
+            good.clone(),
+            b"\xff\xff\xff\xff not protobuf".to_vec(),
+            400,
+        ),
+        (
+            "malformed JSON",
+            with("Content-Type", "application/json"),
+            b"{\"resourceLogs\": [".to_vec(),
+            400,
+        ),
+        (
+            "an oversize body",
+            {
+                let mut h = good.clone();
+                h.push(("Content-Length", "10000000".into()));
+                h
+            },
+            Vec::new(),
+            413,
+        ),
+        (
+            "a gzip bomb",
+            {
+                let mut h = good.clone();
+                h.push(("Content-Encoding", "gzip".into()));
+                h
+            },
+            gzip(&vec![0u8; 1 << 20]),
+            413,
+        ),
+    ];
+    for (what, head, body, want) in cases {
+        let (status, answer) = request(&l.addr, &head, &body);
+        assert_eq!(status, want, "{what}: {answer}");
+    }
+    let mut c = d.client();
+    let list = c.ok("sessions.list", json!({}));
+    assert_eq!(list["sessions"], json!([]), "nothing stored: {list}");
+    // And the listener still serves.
+    let (status, _) = request(&l.addr, &good, &body);
+    assert_eq!(status, 200);
+    assert_eq!(of_type(&c.read_all("s2"), "usage.request").len(), 1);
+    assert!(
+        c.ok("stats", json!({}))["http"]["refused"]
+            .as_u64()
+            .unwrap()
+            >= 4
+    );
+}
