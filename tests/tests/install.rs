@@ -57,6 +57,10 @@ fn dstream_in(bin: &Path, home: &Path, args: &[&str], env: &[(&str, &str)]) -> O
     cmd.args(args)
         .env("HOME", home)
         .env_remove("XDG_CONFIG_HOME")
+        // The telemetry settings make the daemon's token: in this HOME, never the real one.
+        .env_remove("XDG_DATA_HOME")
+        .env_remove("DSTREAM_DATA_DIR")
+        .env_remove("DSTREAM_CONFIG")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -254,6 +258,17 @@ fn claude_code_user_install_is_the_default_and_uninstall_deletes_what_it_created
         installed["hooks"].as_object().unwrap().len(),
         events().len(),
         "{installed}"
+    );
+    // And Claude Code's telemetry, pointed at the daemon's listener with its token.
+    let env = &installed["env"];
+    assert_eq!(
+        env["OTEL_EXPORTER_OTLP_LOGS_ENDPOINT"], "http://127.0.0.1:4438/v1/logs",
+        "{installed}"
+    );
+    let token = std::fs::read_to_string(home.path().join(".dstream/data/http.token")).unwrap();
+    assert_eq!(
+        env["OTEL_EXPORTER_OTLP_LOGS_HEADERS"],
+        format!("Authorization=Bearer {}", token.trim())
     );
     let said = ok(&dstream(home.path(), &["install", "claude-code", "--user"]));
     assert!(said.contains("nothing changed"), "{said}");

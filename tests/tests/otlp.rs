@@ -318,3 +318,101 @@ fn bad_requests_are_refused_and_store_nothing() {
             >= 4
     );
 }
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The real Claude Code, installed with `dstream install claude-code --user`, reports each
+/// model call's tokens and cost to the daemon: what the session's `usage.request` events add up
+/// to is what `claude -p --output-format json` printed, and the permission decision that no hook
+/// sees is in the log.
+#[test]
+fn a_claude_code_run_reports_its_cost_through_telemetry() {
+    use dstream_tests::agents::{self, AgentEnv};
+    use dstream_tests::mock_model::{MockModel, Reply, Script};
+    use std::time::Duration;
+
+    let paths = agents::ensure_installed();
+    let port = free_port();
+    let d = Daemon::start_with(&format!("[http]\nlisten = \"127.0.0.1:{port}\"\n"));
+    let env = AgentEnv::new();
+    let out = env
+        .command(dstream_tests::daemon_bin())
+        .args(["install", "claude-code", "--user"])
+        .env("DSTREAM_CONFIG", d.config_path().unwrap())
+        .env("DSTREAM_DATA_DIR", d.data_dir())
+        .env("DSTREAM_SOCKET", d.socket())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains("telemetry: Claude Code reports usage"),
+        "{said}"
+    );
+
+    let mock = MockModel::anthropic(Script::tool_then_text(
+        Reply::bash("echo hello-from-dstream"),
+        "Done.",
+    ));
+    let mut cmd = agents::claude_command(
+        &paths,
+        &env,
+        &mock,
+        "Run echo hello-from-dstream",
+        &["--output-format", "json"],
+    );
+    // Both switch telemetry off (the second stands for DISABLE_TELEMETRY and others).
+    cmd.env_remove("DISABLE_TELEMETRY")
+        .env_remove("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC")
+        .envs(dstream_tests::client_env(d.socket()));
+    let run = agents::run(&env, cmd, Duration::from_secs(120));
+    run.assert_success("claude -p with telemetry");
+    let result: Value = serde_json::from_str(run.stdout.trim())
+        .unwrap_or_else(|e| panic!("claude's JSON result ({e}): {}", run.stdout));
+    let session = result["session_id"].as_str().unwrap().to_string();
+    let total = result["total_cost_usd"].as_f64().unwrap();
+    assert!(total > 0.0, "a cost to compare: {result}");
+
+    let mut c = d.client();
+    let usage =
+        dstream_tests::relay::wait_for("the usage records", Duration::from_secs(30), || {
+            let u = of_type(&c.read_all(&session), "usage.request");
+            let sum: f64 = u
+                .iter()
+                .filter_map(|e| e["payload"]["cost_usd"].as_f64())
+                .sum();
+            ((sum - total).abs() < 1e-9).then_some(u)
+        });
+    let micros: i64 = usage
+        .iter()
+        .map(|e| e["payload"]["cost_usd_micros"].as_i64().unwrap())
+        .sum();
+    assert!(
+        (micros - (total * 1e6).round() as i64).abs() <= usage.len() as i64,
+        "{micros} µ$ for {total} $"
+    );
+    let tokens: i64 = usage
+        .iter()
+        .map(|e| e["payload"]["output_tokens"].as_i64().unwrap_or(0))
+        .sum();
+    assert_eq!(
+        tokens,
+        result["usage"]["output_tokens"].as_i64().unwrap(),
+        "{result}"
+    );
+    let decisions = of_type(&c.read_all(&session), "execution.permission");
+    assert!(
+        decisions.iter().any(|e| e["metadata"]["source"] == "otlp"),
+        "the tool decision record: {decisions:#?}"
+    );
+}

@@ -27,6 +27,7 @@ use clap::{Args, ValueEnum};
 pub(super) mod claude_code;
 pub(super) mod claude_events;
 pub(super) mod claude_hooks;
+pub(super) mod claude_telemetry;
 pub(super) mod files;
 pub(super) mod json;
 pub(super) mod opencode;
@@ -69,6 +70,10 @@ pub struct InstallArgs {
     /// with hooks knows), or a comma-separated list of event names.
     #[arg(long, value_delimiter = ',', value_name = "EVENTS")]
     events: Vec<String>,
+    /// Claude Code: leave its telemetry settings alone (by default they point its OTLP log
+    /// exporter at dstream, for usage and cost).
+    #[arg(long)]
+    no_telemetry: bool,
 }
 
 const INSTALL_HELP: &str = "\
@@ -99,6 +104,26 @@ fn claude_settings(target: &Target) -> PathBuf {
     claude_code::settings_file(target.project.as_deref(), target.local)
 }
 
+/// What to do about Claude Code's telemetry settings: point them at dstream, or why not.
+fn telemetry_for(args: &InstallArgs) -> Result<claude_telemetry::Telemetry, String> {
+    if args.no_telemetry {
+        return Err("--no-telemetry".into());
+    }
+    if args.target.project.is_some() {
+        // Measured with Claude Code 2.1.330: a project's settings (shared or local) do not
+        // reach its OpenTelemetry exporter, the user's do. (And a shared file must never hold
+        // the token.)
+        return Err(
+            "Claude Code takes telemetry settings from the user's settings only: \
+             `dstream install claude-code --user` adds them"
+                .into(),
+        );
+    }
+    let config = dstream_daemon::Config::resolve(&dstream_daemon::config::DaemonFlags::default())
+        .map_err(|e| e.to_string())?;
+    claude_telemetry::of(&config)
+}
+
 /// OpenCode's plugin folder for the target.
 fn opencode_plugins(target: &Target) -> anyhow::Result<PathBuf> {
     if target.local {
@@ -111,7 +136,8 @@ pub fn install(args: InstallArgs) -> anyhow::Result<ExitCode> {
     match args.agent {
         Agent::ClaudeCode => {
             let events = claude_events::chosen_events(&args.events)?;
-            claude_code::install(&claude_settings(&args.target), &events)
+            let telemetry = telemetry_for(&args);
+            claude_code::install(&claude_settings(&args.target), &events, telemetry)
         }
         Agent::Opencode => {
             if !args.events.is_empty() {

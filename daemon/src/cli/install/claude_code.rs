@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, anyhow, bail};
 
 use super::claude_hooks::{CLAUDE_HOOK_TIMEOUT_SECS, add_hooks, hook_command, remove_hooks};
+use super::claude_telemetry::{self, Added, Telemetry};
 use super::files::{self, Found};
 use super::json::{self, Json};
 
@@ -78,8 +79,13 @@ fn write_settings(path: &Path, file: Option<&files::File>, doc: &Json) -> anyhow
     }
 }
 
-/// Adds dstream's hooks for `events` to the settings file at `path`.
-pub fn install(path: &Path, events: &[&'static str]) -> anyhow::Result<()> {
+/// Adds dstream's hooks for `events` to the settings file at `path`, and its telemetry
+/// settings when `telemetry` says where (else why not).
+pub fn install(
+    path: &Path,
+    events: &[&'static str],
+    telemetry: Result<Telemetry, String>,
+) -> anyhow::Result<()> {
     let exe = dstream_exe()?;
     let (file, mut doc) = match files::read(path, files::MAX_BYTES)? {
         Found::Missing => (None, Json::Object(Vec::new())),
@@ -95,11 +101,30 @@ pub fn install(path: &Path, events: &[&'static str]) -> anyhow::Result<()> {
         .map_or_else(|| path.display().to_string(), |f| f.shown());
     let changes =
         add_hooks(&mut doc, events, &exe).with_context(|| format!("{shown} was left untouched"))?;
-    if changes.added.is_empty() && changes.updated.is_empty() {
+    let telemetry_note = match &telemetry {
+        Ok(t) => match claude_telemetry::add(&mut doc, t, |k| std::env::var(k).ok()) {
+            Added::Written => Some(format!(
+                "  telemetry: Claude Code reports usage and cost to {} (env block; `--no-telemetry` leaves it out)",
+                t.endpoint
+            )),
+            Added::AlreadyThere => None,
+            Added::UsersOwn(key) => Some(format!(
+                "  telemetry: left alone, {key} names your own exporter; to send dstream the usage too, see \"Telemetry\" in dstream's README ([otlp] forwarding is planned)"
+            )),
+        },
+        Err(why) => Some(format!("  telemetry: not set ({why})")),
+    };
+    let telemetry_added = telemetry_note
+        .as_deref()
+        .is_some_and(|n| n.starts_with("  telemetry: Claude Code reports"));
+    if changes.added.is_empty() && changes.updated.is_empty() && !telemetry_added {
         println!(
             "dstream's Claude Code hooks are already in {shown} ({} events); nothing changed",
             events.len()
         );
+        if let Some(note) = telemetry_note {
+            println!("{note}");
+        }
         return Ok(());
     }
     write_settings(path, file.as_ref(), &doc)?;
@@ -123,6 +148,9 @@ pub fn install(path: &Path, events: &[&'static str]) -> anyhow::Result<()> {
             plural(changes.updated.len()),
             changes.updated.join(", ")
         );
+    }
+    if let Some(note) = telemetry_note {
+        println!("{note}");
     }
     Ok(())
 }
@@ -148,16 +176,20 @@ pub fn uninstall(path: &Path) -> anyhow::Result<()> {
     let mut doc = parse_settings(&file)?;
     let shown = file.shown();
     let removed = remove_hooks(&mut doc).with_context(|| format!("{shown} was left untouched"))?;
-    if removed.is_empty() {
+    let telemetry_removed = claude_telemetry::remove(&mut doc);
+    if removed.is_empty() && !telemetry_removed {
         println!("no dstream hooks in {shown}; nothing changed");
         return Ok(());
     }
-    let summary = format!(
+    let mut summary = format!(
         "removed dstream's hook from {} event{}: {}",
         removed.len(),
         plural(removed.len()),
         removed.join(", ")
     );
+    if telemetry_removed {
+        summary.push_str("\nremoved dstream's telemetry settings from `env`");
+    }
     if matches!(&doc, Json::Object(entries) if entries.is_empty()) && !file.is_link() {
         // Nothing but dstream's hooks was in it: the file goes, as install found it. (A link's
         // target is emptied instead: deleting the link would leave the hooks in the target.)
