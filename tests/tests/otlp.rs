@@ -410,6 +410,38 @@ fn a_claude_code_run_reports_its_cost_through_telemetry() {
         result["usage"]["output_tokens"].as_i64().unwrap(),
         "{result}"
     );
+    // `dstream usage` says the same as Claude Code did.
+    let out = std::process::Command::new(dstream_tests::daemon_bin())
+        .args([
+            "usage",
+            "--by",
+            "session",
+            "--json",
+            "--session",
+            &session,
+            "--socket",
+        ])
+        .arg(d.socket())
+        .env("DSTREAM_AUTOSTART", "0")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["total"]["cost_usd_micros"], micros, "{report}");
+    assert_eq!(
+        report["total"]["output_tokens"], result["usage"]["output_tokens"],
+        "{report}"
+    );
+    assert_eq!(
+        report["total"]["input_tokens"], result["usage"]["input_tokens"],
+        "{report}"
+    );
+    assert_eq!(report["rows"][0]["key"], session.as_str(), "{report}");
+    assert_eq!(report["mismatches"], json!([]), "{report}");
     let decisions = of_type(&c.read_all(&session), "execution.permission");
     assert!(
         decisions.iter().any(|e| e["metadata"]["source"] == "otlp"),

@@ -433,7 +433,7 @@ pub struct QueryArgs {
 }
 
 /// Parses `1763719200123`, `2026-11-21T10:00:00Z` or an age such as `15m` into epoch ms.
-fn parse_time(s: &str) -> anyhow::Result<u64> {
+pub(super) fn parse_time(s: &str) -> anyhow::Result<u64> {
     if let Ok(ms) = s.parse::<u64>() {
         return Ok(ms);
     }

@@ -15,6 +15,7 @@ mod plugins_cmd;
 mod relay_cmd;
 mod service;
 mod start;
+mod usage_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -48,6 +49,9 @@ enum Command {
     Query(client_cmds::QueryArgs),
     /// Show the daemon's counters.
     Stats(client_cmds::StatsArgs),
+    /// What the model calls cost: tokens and dollars by day, week, month, session, model,
+    /// project or agent.
+    Usage(usage_cmd::UsageArgs),
     /// Move a quarantined session's damage aside and take appends again.
     Repair(client_cmds::RepairArgs),
     /// Compress a session's log now (zstd; every read stays the same).
@@ -128,6 +132,7 @@ pub fn main() -> ExitCode {
         Command::Sessions(args) => client_cmds::sessions(args),
         Command::Query(args) => client_cmds::query(args),
         Command::Stats(args) => client_cmds::stats(args),
+        Command::Usage(args) => usage_cmd::run(args),
         Command::Repair(args) => client_cmds::repair(args),
         Command::Compress(args) => client_cmds::compress(args),
         Command::Fork(args) => lifecycle_cmds::fork(args),

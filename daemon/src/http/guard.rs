@@ -10,8 +10,8 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::App;
-use super::token;
+use crate::http::app::App;
+use crate::http::token;
 
 pub async fn check(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
     if let Err((status, why)) = allowed(&app, req.headers()) {
@@ -99,7 +99,7 @@ fn loopback_host(host: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::loopback_host;
+    use crate::http::guard::loopback_host;
 
     #[test]
     fn only_loopback_hosts_pass() {

@@ -5,6 +5,7 @@
 //! port in use is not fatal: the socket is the daemon's main job, so it logs why, and `stats`
 //! says the listener is off.
 
+pub mod app;
 pub mod guard;
 pub mod otlp;
 pub mod settings;
@@ -12,7 +13,6 @@ pub mod token;
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
@@ -22,25 +22,8 @@ use tokio::sync::watch;
 
 use crate::component::{Component, Stopping};
 use crate::pipeline::Pipeline;
+use app::{App, HttpStats};
 use settings::{HttpConfig, Listen};
-
-/// What the handlers share.
-pub struct App {
-    pub pipeline: Arc<Pipeline>,
-    pub token: String,
-    pub allowed_origins: Vec<String>,
-    pub max_body_bytes: usize,
-    pub stats: Arc<HttpStats>,
-}
-
-/// Counters for `dstream stats`.
-#[derive(Debug, Default)]
-pub struct HttpStats {
-    pub otlp_records: AtomicU64,
-    pub otlp_metric_points: AtomicU64,
-    /// Requests refused by the guard.
-    pub refused: AtomicU64,
-}
 
 /// The running listener (a component: stopped with the daemon).
 pub struct HttpListener {

@@ -9,7 +9,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::caller::Caller;
 use super::wire::{Reply, RpcResult};
-use super::{admin, append, checkpoints, lifecycle, retention, sessions, storable};
+use super::{admin, append, checkpoints, lifecycle, retention, sessions, storable, usage};
 use crate::state::DaemonState;
 
 /// Carries out one request. `charge` is the request's share of the memory budget for
@@ -65,6 +65,7 @@ pub async fn dispatch(
         Method::SessionsGet => now(sessions::sessions_get(state, raw)),
         Method::Query => now(sessions::query(state, raw).await),
         Method::Stats => now(admin::stats(state)),
+        Method::Usage => now(usage::usage(state, raw).await),
         Method::Repair => now(admin::repair(state, raw).await),
         Method::Compress => now(admin::compress(state, raw).await),
         Method::Fork => now(lifecycle::fork(state, raw).await),

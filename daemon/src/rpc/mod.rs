@@ -13,6 +13,7 @@ mod lifecycle;
 mod retention;
 mod sessions;
 mod storable;
+mod usage;
 mod wire;
 
 pub use caller::Caller;

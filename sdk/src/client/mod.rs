@@ -336,6 +336,11 @@ impl Client {
         self.call(methods::STATS, &json!({})).await
     }
 
+    /// Tokens and cost of the model calls recorded, summed by `params.by`.
+    pub async fn usage(&self, params: &UsageParams) -> Result<UsageResult, Error> {
+        self.call(methods::USAGE, params).await
+    }
+
     /// Opens a checkpoint (or finds the one `params.key` already has) once it is durable.
     pub async fn checkpoint_request(
         &self,

@@ -153,6 +153,8 @@ methods! {
     CheckpointList = CHECKPOINT_LIST = "checkpoint.list";
     /// `compress`: compresses a session's log now (zstd frames; reads stay the same).
     Compress = COMPRESS = "compress";
+    /// `usage`: tokens and cost, summed by day, week, month, session, model, project or agent.
+    Usage = USAGE = "usage";
 }
 
 impl std::fmt::Display for Method {

@@ -135,3 +135,50 @@ pub struct RelayTotals {
     pub batches: u64,
     pub retries: u64,
 }
+
+/// `usage` parameters.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct UsageParams {
+    /// `day` [default], `week`, `month`, `session`, `model`, `project` or `agent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// Only this session's lineage (the session and its subagents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// Inclusive lower bound on the events' `timestamp` (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since_ms: Option<u64>,
+    /// Exclusive upper bound on the events' `timestamp` (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_ms: Option<u64>,
+}
+
+/// One row of `usage`: a group's model calls, tokens by kind, and cost in millionths of a
+/// dollar (integers, so sums are exact).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageRow {
+    pub key: String,
+    pub requests: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub cache_write_tokens: u64,
+    pub cost_usd_micros: u64,
+}
+
+/// A session whose agent reported a total that differs from the sum of its model calls.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageMismatch {
+    pub session_id: String,
+    pub reported_usd_micros: u64,
+    pub counted_usd_micros: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageResult {
+    pub by: String,
+    pub rows: Vec<UsageRow>,
+    pub total: UsageRow,
+    #[serde(default)]
+    pub mismatches: Vec<UsageMismatch>,
+}

@@ -11,7 +11,7 @@ use serde_json::Value as Json;
 
 use super::lines::Line;
 
-use super::Mapping;
+use super::unit::Mapping;
 
 /// Claude Code's transcripts (`plugins/claude-code-transcript.lua`).
 pub const CLAUDE_CODE: Mapping = Mapping {

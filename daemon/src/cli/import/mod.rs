@@ -21,6 +21,7 @@ mod opencode;
 mod opencode_db;
 mod problem;
 mod progress;
+mod unit;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -29,9 +30,9 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 
 use super::client::{ClientOpts, connect, print_json, runtime};
-use lines::Line;
 use problem::Problem;
 use progress::{Progress, Summary};
+use unit::{Mapping, Unit};
 
 #[derive(Args)]
 pub struct ImportArgs {
@@ -60,26 +61,6 @@ struct ImportOpts {
     #[command(flatten)]
     opts: ClientOpts,
 }
-
-/// Which mapping an agent's lines go through, and the source live capture of it uses.
-pub struct Mapping {
-    /// The ingest source of the import mapping.
-    pub source: &'static str,
-    /// A session with events from this source was captured live.
-    pub live_source: &'static str,
-}
-
-/// One session to import, read only when its turn comes (one session in memory at a time).
-pub struct Unit {
-    pub session_id: String,
-    /// The dstream sessions its lines go to: the session and its subagents'.
-    pub sessions: Vec<String>,
-    /// Its lines in order; what cannot be read goes to the problems.
-    pub load: LoadLines,
-}
-
-/// Reads one session's lines, reporting what it cannot read.
-pub type LoadLines = Box<dyn FnOnce(&mut Vec<Problem>) -> Vec<Line>>;
 
 pub fn run(args: ImportArgs) -> anyhow::Result<ExitCode> {
     match args.agent {

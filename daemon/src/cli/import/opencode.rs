@@ -13,10 +13,10 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use serde_json::{Value as Json, json};
 
-use super::Unit;
 use super::lines::Line;
 use super::opencode_db::{self, Db};
 use super::problem::Problem;
+use super::unit::Unit;
 
 /// How far up a parent chain the root is looked for (a loop in the data must not hang).
 const MAX_DEPTH: usize = 64;

@@ -23,7 +23,7 @@ use opentelemetry_proto::tonic::collector::metrics::v1::{
 };
 use prost::Message;
 
-use super::App;
+use crate::http::app::App;
 use crate::pipeline::{Ingest, IngestError};
 use body::Encoding;
 

@@ -1,0 +1,87 @@
+//! `dstream usage`: what the model calls cost, summed by day, week, month, session, model,
+//! project or agent (see the daemon's `usage` method).
+
+use std::process::ExitCode;
+
+use clap::Args;
+use dstream_sdk::protocol::{UsageParams, UsageRow};
+
+use super::client::{ClientOpts, connect, print_json, runtime};
+use super::client_cmds::parse_time;
+
+#[derive(Args)]
+pub struct UsageArgs {
+    /// Group by day, week, month, session, model, project or agent.
+    #[arg(long, default_value = "day")]
+    by: String,
+    /// From this time on: an RFC 3339 time, milliseconds since the epoch, or an age like `7d`.
+    #[arg(long)]
+    since: Option<String>,
+    /// Before this time (same forms as --since).
+    #[arg(long)]
+    until: Option<String>,
+    /// Only this session and its subagents.
+    #[arg(long)]
+    session: Option<String>,
+    #[command(flatten)]
+    opts: ClientOpts,
+}
+
+pub fn run(args: UsageArgs) -> anyhow::Result<ExitCode> {
+    let params = UsageParams {
+        by: Some(args.by.clone()),
+        session_id: args.session.clone(),
+        since_ms: args.since.as_deref().map(parse_time).transpose()?,
+        until_ms: args.until.as_deref().map(parse_time).transpose()?,
+    };
+    let result = runtime()?.block_on(async {
+        let client = connect(&args.opts).await?;
+        anyhow::Ok(client.usage(&params).await?)
+    })?;
+    if args.opts.json {
+        print_json(&result)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let width = result
+        .rows
+        .iter()
+        .map(|r| r.key.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(result.by.len())
+        .max(5);
+    println!(
+        "{:<width$}  {:>8}  {:>12}  {:>10}  {:>12}  {:>12}  {:>12}",
+        result.by, "calls", "input", "output", "cache read", "cache write", "cost"
+    );
+    let line = |r: &UsageRow| {
+        println!(
+            "{:<width$}  {:>8}  {:>12}  {:>10}  {:>12}  {:>12}  {:>12}",
+            r.key,
+            r.requests,
+            r.input_tokens,
+            r.output_tokens,
+            r.cache_read_tokens,
+            r.cache_write_tokens,
+            dollars(r.cost_usd_micros)
+        )
+    };
+    for r in &result.rows {
+        line(r);
+    }
+    line(&result.total);
+    for m in &result.mismatches {
+        println!(
+            "mismatch: {} reported {}, its calls add up to {}",
+            m.session_id,
+            dollars(m.reported_usd_micros),
+            dollars(m.counted_usd_micros)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `$1.2345` from millionths of a dollar.
+fn dollars(micros: u64) -> String {
+    format!("${}.{:06}", micros / 1_000_000, micros % 1_000_000)
+}

@@ -1,0 +1,25 @@
+//! What the listener's handlers share: the pipeline records go into, the token and origins
+//! the guard checks, the body bound, and the counters `stats` shows.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use crate::pipeline::Pipeline;
+
+/// What the handlers share.
+pub struct App {
+    pub pipeline: Arc<Pipeline>,
+    pub token: String,
+    pub allowed_origins: Vec<String>,
+    pub max_body_bytes: usize,
+    pub stats: Arc<HttpStats>,
+}
+
+/// Counters for `dstream stats`.
+#[derive(Debug, Default)]
+pub struct HttpStats {
+    pub otlp_records: AtomicU64,
+    pub otlp_metric_points: AtomicU64,
+    /// Requests refused by the guard.
+    pub refused: AtomicU64,
+}

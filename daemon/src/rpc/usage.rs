@@ -1,0 +1,42 @@
+//! `usage`: tokens and cost summed over the stored `usage.request` events (see
+//! [`crate::usage`]), read off the async workers.
+
+use serde_json::value::RawValue;
+
+use dstream_sdk::RpcError;
+use dstream_sdk::protocol::{UsageParams, codes};
+
+use super::wire::{RpcResult, check_session_id, params, store_error, to_json};
+use crate::state::DaemonState;
+use crate::usage::{GROUPINGS, Usage};
+
+pub(super) async fn usage(state: &DaemonState, raw: Option<&RawValue>) -> RpcResult {
+    let p: UsageParams = params(raw)?;
+    let by = p.by.as_deref().unwrap_or("day").to_string();
+    if !GROUPINGS.contains(&by.as_str()) {
+        return Err(RpcError::new(
+            codes::INVALID_PARAMS,
+            format!("by: {by:?} is not one of {}", GROUPINGS.join(", ")),
+        ));
+    }
+    if let Some(s) = &p.session_id {
+        check_session_id(s, "session_id")?;
+    }
+    let store = state.store.clone();
+    // A project is named by a lineage's first events, which may be older than `since`.
+    let scan_from = if by == "project" {
+        0
+    } else {
+        p.since_ms.unwrap_or(0)
+    };
+    let mut usage = Usage::new(&by, p.session_id, p.since_ms.unwrap_or(0), p.until_ms);
+    let result = tokio::task::spawn_blocking(move || {
+        store
+            .scan_since(scan_from, &mut |json| usage.visit(json))
+            .map(|()| usage.finish())
+    })
+    .await
+    .map_err(|e| RpcError::new(codes::INTERNAL_ERROR, e.to_string()))?
+    .map_err(store_error)?;
+    to_json(&result)
+}

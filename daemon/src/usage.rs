@@ -1,0 +1,327 @@
+//! `usage`: the model calls recorded (`usage.request` events) summed by day, week, month,
+//! session, model, project or agent, in integer millionths of a dollar. One pass over the
+//! stored events, off the async workers; what it keeps grows with the groups and lineages,
+//! not with the events.
+//!
+//! Rules a user would otherwise trip over:
+//! - a subagent's calls count in its parent's lineage (`stream_id`), once;
+//! - a lineage with telemetry records (`metadata.source = "otlp"`, Claude Code's own figures)
+//!   counts only those: the same calls imported from a transcript are not counted twice;
+//! - where an agent reported a session total (`usage.session` with `total_cost_usd`), a sum
+//!   that differs is listed as a mismatch, never hidden.
+
+use std::collections::{BTreeMap, HashMap};
+
+use dstream_sdk::protocol::{UsageMismatch, UsageResult, UsageRow};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// The ways to group.
+pub const GROUPINGS: &[&str] = &[
+    "day", "week", "month", "session", "model", "project", "agent",
+];
+
+#[derive(Deserialize)]
+struct Envelope {
+    #[serde(rename = "type")]
+    event_type: String,
+    timestamp: u64,
+    #[serde(default)]
+    session_id: String,
+    #[serde(default)]
+    stream_id: Option<String>,
+    #[serde(default)]
+    actor: Option<String>,
+    #[serde(default)]
+    payload: Value,
+    #[serde(default)]
+    metadata: Value,
+    #[serde(default)]
+    raw: Value,
+}
+
+/// Sums per group, for one lineage and one kind of source.
+type Groups = BTreeMap<String, UsageRow>;
+
+#[derive(Default)]
+struct Lineage {
+    telemetry: Groups,
+    other: Groups,
+    /// The agent's own total for the lineage, if it reported one.
+    reported_micros: Option<u64>,
+    /// The project folder, from the first event that names one.
+    project: Option<String>,
+}
+
+/// Sums events as they are visited.
+pub struct Usage {
+    by: String,
+    session: Option<String>,
+    since_ms: u64,
+    until_ms: Option<u64>,
+    lineages: HashMap<String, Lineage>,
+}
+
+impl Usage {
+    pub fn new(by: &str, session: Option<String>, since_ms: u64, until_ms: Option<u64>) -> Usage {
+        Usage {
+            by: by.to_string(),
+            session,
+            since_ms,
+            until_ms,
+            lineages: HashMap::new(),
+        }
+    }
+
+    /// One stored event (its JSON).
+    pub fn visit(&mut self, json: &[u8]) {
+        // Most events are neither usage nor name a project: skip them unparsed.
+        let usage = memchr::memmem::find(json, b"\"type\":\"usage.").is_some();
+        let cwd = memchr::memmem::find(json, b"\"cwd\"").is_some()
+            || memchr::memmem::find(json, b"\"directory\"").is_some();
+        if !usage && !cwd {
+            return;
+        }
+        let Ok(e) = serde_json::from_slice::<Envelope>(json) else {
+            return;
+        };
+        let lineage_id = e.stream_id.clone().unwrap_or_else(|| e.session_id.clone());
+        if let Some(s) = &self.session
+            && *s != lineage_id
+            && *s != e.session_id
+        {
+            return;
+        }
+        let lineage = self.lineages.entry(lineage_id.clone()).or_default();
+        if lineage.project.is_none() {
+            lineage.project = ["cwd", "directory"].iter().find_map(|k| {
+                e.raw
+                    .get(k)
+                    .or_else(|| e.payload.get(k))
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            });
+        }
+        if !usage || e.timestamp < self.since_ms || self.until_ms.is_some_and(|u| e.timestamp >= u)
+        {
+            return;
+        }
+        match e.event_type.as_str() {
+            "usage.session" => {
+                if let Some(usd) = e.payload.get("total_cost_usd").and_then(Value::as_f64) {
+                    lineage.reported_micros = Some(micros(usd));
+                }
+            }
+            "usage.request" => {
+                let key = match self.by.as_str() {
+                    "day" => day(e.timestamp),
+                    "week" => iso_week(e.timestamp),
+                    "month" => day(e.timestamp)[..7].to_string(),
+                    "session" => lineage_id,
+                    "model" => str_of(&e.payload, "model"),
+                    "agent" => e.actor.clone().unwrap_or_else(|| "(none)".into()),
+                    // Filled in at the end, once every lineage's project is known.
+                    _ => String::new(),
+                };
+                let telemetry = e.metadata.get("source").and_then(Value::as_str) == Some("otlp");
+                let groups = if telemetry {
+                    &mut lineage.telemetry
+                } else {
+                    &mut lineage.other
+                };
+                let row = groups.entry(key.clone()).or_insert_with(|| UsageRow {
+                    key,
+                    ..UsageRow::default()
+                });
+                add(row, &e.payload);
+            }
+            _ => {}
+        }
+    }
+
+    pub fn finish(self) -> UsageResult {
+        let mut rows: BTreeMap<String, UsageRow> = BTreeMap::new();
+        let mut total = UsageRow {
+            key: "total".into(),
+            ..UsageRow::default()
+        };
+        let mut mismatches = Vec::new();
+        let mut lineages: Vec<(String, Lineage)> = self.lineages.into_iter().collect();
+        lineages.sort_by(|a, b| a.0.cmp(&b.0));
+        for (id, l) in lineages {
+            let groups = if l.telemetry.is_empty() {
+                l.other
+            } else {
+                l.telemetry
+            };
+            let mut counted = 0;
+            for (_, mut row) in groups {
+                if self.by == "project" {
+                    row.key = l.project.clone().unwrap_or_else(|| "(unknown)".into());
+                }
+                counted += row.cost_usd_micros;
+                merge(&mut total, &row);
+                match rows.get_mut(&row.key) {
+                    Some(r) => merge(r, &row),
+                    None => {
+                        rows.insert(row.key.clone(), row);
+                    }
+                }
+            }
+            if let Some(reported) = l.reported_micros
+                && reported != counted
+            {
+                mismatches.push(UsageMismatch {
+                    session_id: id,
+                    reported_usd_micros: reported,
+                    counted_usd_micros: counted,
+                });
+            }
+        }
+        UsageResult {
+            by: self.by,
+            rows: rows.into_values().collect(),
+            total,
+            mismatches,
+        }
+    }
+}
+
+fn str_of(v: &Value, k: &str) -> String {
+    v.get(k)
+        .and_then(Value::as_str)
+        .unwrap_or("(none)")
+        .to_string()
+}
+
+fn micros(usd: f64) -> u64 {
+    if usd.is_finite() && usd > 0.0 {
+        (usd * 1e6).round() as u64
+    } else {
+        0
+    }
+}
+
+fn add(row: &mut UsageRow, p: &Value) {
+    let n = |k: &str| p.get(k).and_then(Value::as_u64).unwrap_or(0);
+    row.requests += 1;
+    row.input_tokens += n("input_tokens");
+    row.output_tokens += n("output_tokens");
+    row.cache_read_tokens += n("cache_read_input_tokens");
+    row.cache_write_tokens += n("cache_creation_input_tokens");
+    row.cost_usd_micros += match p.get("cost_usd_micros").and_then(Value::as_u64) {
+        Some(m) => m,
+        None => p.get("cost_usd").and_then(Value::as_f64).map_or(0, micros),
+    };
+}
+
+fn merge(into: &mut UsageRow, from: &UsageRow) {
+    into.requests += from.requests;
+    into.input_tokens += from.input_tokens;
+    into.output_tokens += from.output_tokens;
+    into.cache_read_tokens += from.cache_read_tokens;
+    into.cache_write_tokens += from.cache_write_tokens;
+    into.cost_usd_micros += from.cost_usd_micros;
+}
+
+/// `YYYY-MM-DD` (UTC) of `ms` since the epoch.
+fn day(ms: u64) -> String {
+    let (y, m, d) = civil((ms / 86_400_000) as i64);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// `YYYY-Www`, the ISO 8601 week (Monday first; week 1 holds the year's first Thursday).
+fn iso_week(ms: u64) -> String {
+    let days = (ms / 86_400_000) as i64;
+    let weekday = (days + 3).rem_euclid(7); // 0 = Monday (1970-01-01 was a Thursday)
+    let thursday = days - weekday + 3;
+    let (year, _, _) = civil(thursday);
+    let jan1 = days_from_civil(year, 1, 1);
+    format!("{year:04}-W{:02}", (thursday - jan1) / 7 + 1)
+}
+
+/// The proleptic Gregorian date of a day number (days since 1970-01-01).
+fn civil(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = i64::from((m + 9) % 12);
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn dates_and_iso_weeks() {
+        let ms = |y, m, d| days_from_civil(y, m, d) as u64 * 86_400_000;
+        assert_eq!(day(ms(2026, 11, 25) + 3_600_000), "2026-11-25");
+        assert_eq!(day(0), "1970-01-01");
+        assert_eq!(iso_week(ms(2026, 11, 25)), "2026-W48");
+        assert_eq!(
+            iso_week(ms(2021, 1, 3)),
+            "2020-W53",
+            "a Sunday in the last year's week"
+        );
+        assert_eq!(
+            iso_week(ms(2024, 12, 30)),
+            "2025-W01",
+            "a Monday in the next year's week"
+        );
+    }
+
+    fn event(v: Value) -> Vec<u8> {
+        serde_json::to_vec(&v).unwrap()
+    }
+
+    #[test]
+    fn telemetry_wins_over_transcripts_and_subagents_count_in_their_lineage() {
+        let mut u = Usage::new("session", None, 0, None);
+        let ts = 1_795_000_000_000u64;
+        // Lineage p: telemetry for the parent and its subagent, and the same calls imported.
+        for (sid, cost) in [("p", 0.25), ("p.agent-1", 0.5)] {
+            u.visit(&event(json!({"type": "usage.request", "timestamp": ts, "session_id": sid, "stream_id": "p",
+                "payload": {"cost_usd": cost, "cost_usd_micros": (cost * 1e6) as u64, "output_tokens": 10},
+                "metadata": {"source": "otlp"}})));
+            u.visit(&event(json!({"type": "usage.request", "timestamp": ts, "session_id": sid, "stream_id": "p",
+                "payload": {"output_tokens": 10}, "metadata": {"source": "claude-code-transcript"}})));
+        }
+        // Lineage q: only a transcript, with a reported total that differs.
+        u.visit(&event(
+            json!({"type": "usage.request", "timestamp": ts, "session_id": "q",
+            "payload": {"cost_usd": 0.1, "input_tokens": 5}, "metadata": {}}),
+        ));
+        u.visit(&event(
+            json!({"type": "usage.session", "timestamp": ts, "session_id": "q",
+            "payload": {"total_cost_usd": 0.2}}),
+        ));
+        let r = u.finish();
+        let keys: Vec<_> = r
+            .rows
+            .iter()
+            .map(|r| (r.key.as_str(), r.requests, r.cost_usd_micros))
+            .collect();
+        assert_eq!(keys, [("p", 2, 750_000), ("q", 1, 100_000)]);
+        assert_eq!(r.total.cost_usd_micros, 850_000);
+        assert_eq!(r.total.output_tokens, 20);
+        assert_eq!(r.mismatches.len(), 1);
+        assert_eq!(r.mismatches[0].reported_usd_micros, 200_000);
+    }
+}
