@@ -15,7 +15,8 @@
 --   user message, each tool_result block  -> {type="tool-result", toolCallId, result}
 --                                            (+ isError = true for an error result)
 --   result                                -> {type="done", finishReason, cost, usage,
---                                            durationMs, numTurns}
+--                                            durationMs, numTurns}, and usage.session
+--                                            {total_cost_usd, tokens by kind, model_usage}
 -- A chunk of a tool call points at the call's previous chunk through causation_id, and the
 -- tool-result at the tool-call, so a call and its result are joined without extra events.
 --
@@ -324,6 +325,13 @@ local function result(raw)
       cacheCreationInputTokens = u.cache_creation_input_tokens,
     },
     durationMs = raw.duration_ms, numTurns = raw.num_turns,
+  })
+  -- The session's totals as the SDK counted them: `dstream usage` shows a sum that differs.
+  out("usage.session", {
+    total_cost_usd = raw.total_cost_usd, input_tokens = u.input_tokens,
+    output_tokens = u.output_tokens, cache_read_input_tokens = u.cache_read_input_tokens,
+    cache_creation_input_tokens = u.cache_creation_input_tokens, model_usage = raw.modelUsage,
+    num_turns = raw.num_turns, duration_ms = raw.duration_ms,
   })
   if failed then
     out("session.error", {

@@ -26,6 +26,10 @@
 -- With either option false, every such event is stored (message.chunk with the event's delta
 -- and/or full text, `final` when the part ended; execution.tool_use phase "running").
 --
+-- Usage: each `step-finish` part (one model call) is execution.step_finish and usage.request
+-- {model, provider, input_tokens, output_tokens, reasoning_tokens, cache_read_input_tokens,
+-- cache_creation_input_tokens, cost_usd}, which `dstream usage` sums.
+--
 -- Lineage: a child session (session.created with `parentID`, e.g. a `task` subagent) has
 -- stream_id = the root of its parent's lineage; the parent's log gets agent.spawned, and
 -- agent.completed / agent.aborted when the task tool call finishes. correlation_id is the
@@ -72,6 +76,10 @@ end
 local function tbl(v)
   if type(v) == "table" then return v end
   return EMPTY
+end
+
+local function num(v)
+  if type(v) == "number" then return v end
 end
 
 local function valid_id(s)
@@ -615,6 +623,7 @@ bus["message.updated"] = function(p, t)
     m = { role = role or "assistant", turn = turn }
     s.msgs[mid] = m
   end
+  if m then m.model, m.provider = payload.model, payload.provider end
   payload.finish, payload.cost, payload.tokens = info.finish, info.cost, info.tokens
   local err = info.error
   if err ~= nil then
@@ -674,6 +683,15 @@ bus["message.part.updated"] = function(p, t, raw)
     out(sid, s, "execution.step_finish", {
       reason = part.reason, cost = part.cost, tokens = part.tokens, snapshot = part.snapshot,
       message_id = mid, part_id = part.id,
+    }, o)
+    -- One model call: what `dstream usage` sums (the same fields as the other agents').
+    local tk, m = tbl(part.tokens), s.msgs[mid] or EMPTY
+    local cache = tbl(tk.cache)
+    out(sid, s, "usage.request", {
+      model = m.model, provider = m.provider, input_tokens = num(tk.input),
+      output_tokens = num(tk.output), reasoning_tokens = num(tk.reasoning),
+      cache_read_input_tokens = num(cache.read), cache_creation_input_tokens = num(cache.write),
+      cost_usd = num(part.cost), message_id = mid, part_id = part.id,
     }, o)
     return
   end
