@@ -70,6 +70,52 @@ async fn prepared() -> SimVfs {
     vfs
 }
 
+/// Cuts the power now, reboots (what survives of unsynced writes drawn from `seed`) and opens
+/// the store again.
+async fn restart_after_power_loss(
+    vfs: SimVfs,
+    store: Store,
+    after: u64,
+    seed: u64,
+) -> (SimVfs, Store) {
+    vfs.crash_now();
+    drop(store);
+    let (vfs, _) = vfs.reboot(&mut SimRng::new(seed));
+    let store = open(&vfs)
+        .await
+        .unwrap_or_else(|e| panic!("crash after {after} calls: restart failed: {e}"));
+    (vfs, store)
+}
+
+/// Compresses `session` off the async workers, as the daemon does.
+async fn compress(store: &Store, session: &'static str) -> Result<(), StoreError> {
+    let s = store.clone();
+    tokio::task::spawn_blocking(move || s.compress_blocking(session))
+        .await
+        .unwrap()
+        .map(|_| ())
+}
+
+/// Runs `scenario(after, seed)` with the power cut after 1, 2, 3, … calls, a few reboots each
+/// (what a power failure keeps of unsynced writes varies), until it finishes uncut; `what` it
+/// does must make more than 5 calls.
+fn cut_at_each_call<F>(what: &str, seed_base: u64, scenario: impl Fn(u64, u64) -> F)
+where
+    F: std::future::Future<Output = bool>,
+{
+    let rt = runtime();
+    for after in 1.. {
+        let finished = (0..4).fold(false, |_, seed| {
+            rt.block_on(scenario(after, after * seed_base + seed))
+        });
+        if finished {
+            assert!(after > 5, "{what} made only {after} calls");
+            eprintln!("cut at each of the {} calls {what} make", after - 1);
+            break;
+        }
+    }
+}
+
 async fn crash_during(after: u64, seed: u64) -> bool {
     let vfs = prepared().await;
     let store = open(&vfs).await.unwrap();
@@ -79,13 +125,7 @@ async fn crash_during(after: u64, seed: u64) -> bool {
     let forked = store.fork("p", 25, "f").await;
     let deleted = store.delete("q", 10, "test".into()).await;
     let finished = !vfs.crashed();
-    vfs.crash_now();
-    drop(store);
-    let mut rng = SimRng::new(seed);
-    let (vfs, _) = vfs.reboot(&mut rng);
-    let store = open(&vfs)
-        .await
-        .unwrap_or_else(|e| panic!("crash after {after} calls: restart failed: {e}"));
+    let (vfs, store) = restart_after_power_loss(vfs, store, after, seed).await;
     for s in store.sessions() {
         assert!(
             s.quarantine().is_none(),
@@ -139,24 +179,7 @@ async fn crash_during(after: u64, seed: u64) -> bool {
 
 #[test]
 fn a_fork_or_a_deletion_cut_by_a_power_failure_is_all_or_nothing() {
-    let rt = runtime();
-    for after in 1.. {
-        // A few reboots each: what a power failure keeps of unsynced writes varies.
-        let finished = (0..4).fold(false, |_, seed| {
-            rt.block_on(crash_during(after, after * 7919 + seed))
-        });
-        if finished {
-            assert!(
-                after > 5,
-                "the fork and the deletion made only {after} calls"
-            );
-            eprintln!(
-                "cut at each of the {} calls a fork and a deletion make",
-                after - 1
-            );
-            break;
-        }
-    }
+    cut_at_each_call("a fork and a deletion", 7919, crash_during);
 }
 
 /// Compresses `p`, then appends to it, with the power failing after `after` calls.
@@ -165,19 +188,10 @@ async fn crash_compressing(after: u64, seed: u64) -> bool {
     let store = open(&vfs).await.unwrap();
     let p = events(&store, "p").await.unwrap();
     vfs.crash_after(after);
-    let s = store.clone();
-    let compressed = tokio::task::spawn_blocking(move || s.compress_blocking("p"))
-        .await
-        .unwrap();
+    let compressed = compress(&store, "p").await;
     let appended = compressed.is_ok() && store.append_wait("p", event(40), false).await.is_ok();
     let finished = !vfs.crashed();
-    vfs.crash_now();
-    drop(store);
-    let mut rng = SimRng::new(seed);
-    let (vfs, _) = vfs.reboot(&mut rng);
-    let store = open(&vfs)
-        .await
-        .unwrap_or_else(|e| panic!("crash after {after} calls: restart failed: {e}"));
+    let (_, store) = restart_after_power_loss(vfs, store, after, seed).await;
     let quarantined = store.get("p").and_then(|s| s.quarantine().cloned());
     assert!(
         quarantined.is_none(),
@@ -198,10 +212,8 @@ async fn crash_compressing(after: u64, seed: u64) -> bool {
         n => panic!("crash after {after}: {n} events"),
     }
     // Whatever form it was left in, it compresses (again) and still reads the same.
-    let s = store.clone();
-    tokio::task::spawn_blocking(move || s.compress_blocking("p"))
+    compress(&store, "p")
         .await
-        .unwrap()
         .unwrap_or_else(|e| panic!("crash after {after}: compressing again: {e}"));
     assert_eq!(
         events(&store, "p").await.unwrap(),
@@ -214,23 +226,7 @@ async fn crash_compressing(after: u64, seed: u64) -> bool {
 
 #[test]
 fn a_compression_cut_by_a_power_failure_leaves_one_whole_form() {
-    let rt = runtime();
-    for after in 1.. {
-        let finished = (0..4).fold(false, |_, seed| {
-            rt.block_on(crash_compressing(after, after * 6271 + seed))
-        });
-        if finished {
-            assert!(
-                after > 5,
-                "compressing and appending made only {after} calls"
-            );
-            eprintln!(
-                "cut at each of the {} calls a compression and an append make",
-                after - 1
-            );
-            break;
-        }
-    }
+    cut_at_each_call("a compression and an append", 6271, crash_compressing);
 }
 
 /// A disk that fills up while a session is compressed: the compression fails with the error,
@@ -245,11 +241,9 @@ fn a_full_disk_during_compression_keeps_the_old_form() {
         let sessions = Path::new(DATA).join("sessions");
         let before = vfs.used();
         vfs.set_capacity(Some(before + 64));
-        let s = store.clone();
-        let r = tokio::task::spawn_blocking(move || s.compress_blocking("p"))
+        let err = compress(&store, "p")
             .await
-            .unwrap();
-        let err = r.expect_err("compressing on a full disk");
+            .expect_err("compressing on a full disk");
         assert!(err.to_string().contains("no space"), "{err}");
         assert_eq!(vfs.used(), before, "nothing left behind");
         assert!(vfs.contents(&sessions.join("p.zst")).is_none());
@@ -258,11 +252,7 @@ fn a_full_disk_during_compression_keeps_the_old_form() {
 
         vfs.set_capacity(None);
         store.append_wait("p", event(40), false).await.unwrap();
-        let s = store.clone();
-        tokio::task::spawn_blocking(move || s.compress_blocking("p"))
-            .await
-            .unwrap()
-            .unwrap();
+        compress(&store, "p").await.unwrap();
         let got = events(&store, "p").await.unwrap();
         assert_eq!((got.len(), &got[..40]), (41, &p[..]));
         store.shutdown().await;
