@@ -138,6 +138,29 @@ impl Script {
         Script::new().on("", vec![call, Reply::text(final_text)])
     }
 
+    /// Claude Code delegates `echo hello-from-subagent` to a foreground subagent (the `Agent`
+    /// tool), which runs it; both then answer.
+    pub fn claude_subagent_echo() -> Script {
+        Script::new()
+            .on(
+                "dstream-subagent-task",
+                vec![
+                    Reply::bash("echo hello-from-subagent"),
+                    Reply::text("The subagent ran echo."),
+                ],
+            )
+            .on(
+                "",
+                vec![
+                    Reply::tool(
+                        "Agent",
+                        json!({"description": "Run echo in a subagent", "prompt": "dstream-subagent-task: run echo hello-from-subagent", "subagent_type": "general-purpose", "run_in_background": false}),
+                    ),
+                    Reply::text("The subagent is done."),
+                ],
+            )
+    }
+
     /// Pick the reply for a model request that offers tools.
     fn reply_for(&self, first_user_text: &str, assistant_turns: usize) -> Reply {
         for c in &self.conversations {

@@ -247,24 +247,7 @@ fn capture_claude() {
     if only("subagent-sync") {
         claude_scenario(
             "subagent-sync",
-            Script::new()
-                .on(
-                    "dstream-subagent-task",
-                    vec![
-                        Reply::bash("echo hello-from-subagent"),
-                        Reply::text("The subagent ran echo."),
-                    ],
-                )
-                .on(
-                    "",
-                    vec![
-                        Reply::tool(
-                            "Agent",
-                            json!({"description": "Run echo in a subagent", "prompt": "dstream-subagent-task: run echo hello-from-subagent", "subagent_type": "general-purpose", "run_in_background": false}),
-                        ),
-                        Reply::text("The subagent is done."),
-                    ],
-                ),
+            Script::claude_subagent_echo(),
             &[("Delegate an echo to a subagent and wait for it", &[])],
             |_| {},
         );

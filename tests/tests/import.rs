@@ -77,6 +77,34 @@ fn of_type<'a>(events: &'a [Value], t: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["type"] == t).collect()
 }
 
+/// What every imported run of the mock's one-tool turn holds: no checkpoint (an imported call
+/// is not decided again), `FINAL` as the assistant's text, and one `usage.request` of 12 input
+/// and 8 output tokens per model call (two). Returns those.
+fn assert_the_imported_turn(events: &[Value]) -> Vec<&Value> {
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["type"].as_str().unwrap().starts_with("checkpoint.")),
+        "an imported call is not decided again"
+    );
+    let texts: Vec<&str> = of_type(events, "message.chunk")
+        .iter()
+        .filter_map(|e| e["payload"]["text"].as_str())
+        .collect();
+    assert_eq!(texts, [FINAL], "the final assistant message");
+    let usage = of_type(events, "usage.request");
+    assert_eq!(usage.len(), 2, "one per model call: {usage:#?}");
+    for u in &usage {
+        let p = &u["payload"];
+        assert_eq!(
+            (&p["input_tokens"], &p["output_tokens"]),
+            (&json!(12), &json!(8)),
+            "{u}"
+        );
+    }
+    usage
+}
+
 /// The transcripts Claude Code wrote under `home`: `<session id>.jsonl` files.
 fn transcripts(home: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -174,28 +202,9 @@ fn a_claude_code_transcript_becomes_a_session_once() {
         "{}",
         results[0]
     );
-    assert!(
-        !events
-            .iter()
-            .any(|e| e["type"].as_str().unwrap().starts_with("checkpoint.")),
-        "an imported call is not decided again"
-    );
-
-    let texts: Vec<&str> = of_type(events, "message.chunk")
-        .iter()
-        .filter_map(|e| e["payload"]["text"].as_str())
-        .collect();
-    assert_eq!(texts, [FINAL], "the final assistant message");
-
-    let usage = of_type(events, "usage.request");
-    assert_eq!(usage.len(), 2, "one per model call: {usage:#?}");
+    let usage = assert_the_imported_turn(events);
     for u in &usage {
         let p = &u["payload"];
-        assert_eq!(
-            (&p["input_tokens"], &p["output_tokens"]),
-            (&json!(12), &json!(8)),
-            "{u}"
-        );
         assert_eq!(p["cache_read_input_tokens"], 0, "{u}");
         assert!(p["model"].as_str().is_some_and(|m| !m.is_empty()), "{u}");
         assert_eq!(p["request_id"], "req_dstream_mock", "{u}");
@@ -303,26 +312,7 @@ fn a_subagent_lands_in_the_parents_lineage() {
     let paths = agents::ensure_installed();
     let d = Daemon::start();
     let env = AgentEnv::new();
-    let mock = MockModel::anthropic(
-        Script::new()
-            .on(
-                "dstream-subagent-task",
-                vec![
-                    Reply::bash("echo hello-from-subagent"),
-                    Reply::text("The subagent ran echo."),
-                ],
-            )
-            .on(
-                "",
-                vec![
-                    Reply::tool(
-                        "Agent",
-                        json!({"description": "Run echo in a subagent", "prompt": "dstream-subagent-task: run echo hello-from-subagent", "subagent_type": "general-purpose", "run_in_background": false}),
-                    ),
-                    Reply::text("The subagent is done."),
-                ],
-            ),
-    );
+    let mock = MockModel::anthropic(Script::claude_subagent_echo());
     let cmd = agents::claude_command(&paths, &env, &mock, "Delegate an echo to a subagent", &[]);
     agents::run(&env, cmd, Duration::from_secs(90)).assert_success("claude -p");
     let (_, s) = import(&d, &env.home, &[], &[]);
@@ -551,26 +541,9 @@ fn an_opencode_session_is_imported_from_its_database_or_export_once() {
         "joined to its call"
     );
     assert_eq!(results[0]["payload"]["output"], "hello-from-dstream\n");
-    assert!(
-        !events
-            .iter()
-            .any(|e| e["type"].as_str().unwrap().starts_with("checkpoint.")),
-        "an imported call is not decided again"
-    );
-    let texts: Vec<&str> = of_type(events, "message.chunk")
-        .iter()
-        .filter_map(|e| e["payload"]["text"].as_str())
-        .collect();
-    assert_eq!(texts, [FINAL], "the final assistant message");
-    let usage = of_type(events, "usage.request");
-    assert_eq!(usage.len(), 2, "one per model step: {usage:#?}");
+    let usage = assert_the_imported_turn(events);
     for u in &usage {
         let p = &u["payload"];
-        assert_eq!(
-            (&p["input_tokens"], &p["output_tokens"]),
-            (&json!(12), &json!(8)),
-            "{u}"
-        );
         assert_eq!(p["model"], "mock-model", "{u}");
     }
     for e in events {
