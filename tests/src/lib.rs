@@ -523,6 +523,19 @@ impl Daemon {
         cmd
     }
 
+    /// `dstream ARGS --socket <this daemon's socket>`, with no stdin and no autostart, run to
+    /// its end.
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(daemon_bin())
+            .args(args)
+            .arg("--socket")
+            .arg(self.socket())
+            .env("DSTREAM_AUTOSTART", "0")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run dstream")
+    }
+
     /// Appends `lines` (one JSON event per line) to `session` through `dstream append`: one
     /// streaming client, pipelined, so many events go in fast.
     pub fn append_lines(&self, session: &str, lines: &str) {

@@ -7,13 +7,13 @@
 #![cfg(unix)]
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use dstream_tests::agents::{self, AgentEnv, AgentPaths, RunOutput};
 use dstream_tests::mock_model::{MockModel, Reply, Script};
 use dstream_tests::serde_json::{Value, json};
-use dstream_tests::{Client, Daemon, daemon_bin};
+use dstream_tests::{Client, Daemon};
 
 const POLICY: &str = r#"
 [[checkpoints.rules]]
@@ -24,12 +24,7 @@ timeout_ms = 120000
 const FINAL: &str = "Done with the command.";
 
 fn dstream(d: &Daemon, args: &[&str]) -> Output {
-    let out = Command::new(daemon_bin())
-        .args(args)
-        .arg("--socket")
-        .arg(d.socket())
-        .output()
-        .unwrap();
+    let out = d.cli(args);
     assert!(out.status.success(), "dstream {args:?}: {out:?}");
     out
 }

@@ -23,11 +23,7 @@ fn append_many(d: &Daemon, session: &str, from: usize, n: usize) {
 }
 
 fn compress(d: &Daemon, session: &str) -> Value {
-    let out = Command::new(daemon_bin())
-        .args(["compress", session, "--json", "--socket"])
-        .arg(d.socket())
-        .output()
-        .unwrap();
+    let out = d.cli(&["compress", session, "--json"]);
     assert!(
         out.status.success(),
         "{}",

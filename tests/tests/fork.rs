@@ -2,11 +2,11 @@
 //! events follow from k + 1; it lasts through restarts and a `kill -9` right after it.
 #![cfg(unix)]
 
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 use dstream_tests::serde_json::{Value, json};
-use dstream_tests::{Client, Daemon, codes, daemon_bin, lsn_of};
+use dstream_tests::{Client, Daemon, codes, lsn_of};
 
 fn fill(c: &mut Client, session: &str, n: u64) {
     for i in 1..=n {
@@ -207,12 +207,7 @@ fn an_unfinished_fork_is_cleaned_up_at_start() {
 }
 
 fn dstream(d: &Daemon, args: &[&str]) -> Output {
-    Command::new(daemon_bin())
-        .args(args)
-        .arg("--socket")
-        .arg(d.socket())
-        .output()
-        .unwrap()
+    d.cli(args)
 }
 
 #[test]

@@ -411,20 +411,7 @@ fn a_claude_code_run_reports_its_cost_through_telemetry() {
         "{result}"
     );
     // `dstream usage` says the same as Claude Code did.
-    let out = std::process::Command::new(dstream_tests::daemon_bin())
-        .args([
-            "usage",
-            "--by",
-            "session",
-            "--json",
-            "--session",
-            &session,
-            "--socket",
-        ])
-        .arg(d.socket())
-        .env("DSTREAM_AUTOSTART", "0")
-        .output()
-        .unwrap();
+    let out = d.cli(&["usage", "--by", "session", "--json", "--session", &session]);
     assert!(
         out.status.success(),
         "{}",

@@ -3,7 +3,7 @@
 
 use std::fs;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use dstream_tests::{Client, Daemon, daemon_bin};
@@ -579,13 +579,7 @@ fn redaction_removes_secrets_before_they_are_stored() {
 }
 
 fn dstream(d: &Daemon, args: &[&str]) -> Output {
-    Command::new(daemon_bin())
-        .args(args)
-        .arg("--socket")
-        .arg(d.socket())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
+    d.cli(args)
 }
 
 fn check(file: &Path) -> Output {

@@ -5,12 +5,11 @@
 //! server is honest every event is on it exactly once.
 #![cfg(unix)]
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
+use dstream_tests::Daemon;
 use dstream_tests::hostile_server::{Body, HostileServer, Rule, Target};
 use dstream_tests::relay::{RemoteServer, ServerKind, read_stream, wait_for};
-use dstream_tests::{Daemon, daemon_bin};
 use serde_json::{Value, json};
 
 const PREFIX: &str = "h";
@@ -49,11 +48,7 @@ fn wait_state(d: &Daemon, session: &str, state: &str, reason: &str) -> Value {
 
 /// `dstream relay retry`, as a person would run it.
 fn relay_retry(d: &Daemon) {
-    let out = Command::new(daemon_bin())
-        .args(["relay", "retry", "--socket"])
-        .arg(d.socket())
-        .output()
-        .unwrap();
+    let out = d.cli(&["relay", "retry"]);
     assert!(
         out.status.success(),
         "{}",

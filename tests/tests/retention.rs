@@ -6,21 +6,16 @@
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 use dstream_tests::serde_json::{Value, json};
-use dstream_tests::{Daemon, codes, daemon_bin};
+use dstream_tests::{Daemon, codes};
 
 const CONFIG: &str = "[retention]\ndelete_after = \"2s\"\n";
 
 fn dstream(d: &Daemon, args: &[&str]) -> Output {
-    Command::new(daemon_bin())
-        .args(args)
-        .arg("--socket")
-        .arg(d.socket())
-        .output()
-        .unwrap()
+    d.cli(args)
 }
 
 /// Sets a file's access and modification times to a day ago.
