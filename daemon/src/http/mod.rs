@@ -35,6 +35,16 @@ pub struct HttpListener {
 }
 
 impl HttpListener {
+    /// A listener that does not listen, and why.
+    fn off(why: String) -> Arc<HttpListener> {
+        Arc::new(HttpListener {
+            state: Err(why),
+            stats: Arc::default(),
+            stop: watch::channel(false).0,
+            task: Mutex::new(None),
+        })
+    }
+
     /// Binds and serves `config`'s address; never fails the daemon's start (see the module
     /// docs).
     pub async fn start(
@@ -42,38 +52,28 @@ impl HttpListener {
         data_dir: &Path,
         pipeline: Arc<Pipeline>,
     ) -> Arc<HttpListener> {
-        let stats = Arc::new(HttpStats::default());
-        let (stop, mut stopped) = watch::channel(false);
-        let not_started = |why: String, stats: Arc<HttpStats>, stop| {
-            Arc::new(HttpListener {
-                state: Err(why),
-                stats,
-                stop,
-                task: Mutex::new(None),
-            })
-        };
         let addr = match config.listen() {
             Ok(Listen::At(a)) => a,
-            Ok(Listen::Off) => {
-                return not_started("off ([http] listen = \"off\")".into(), stats, stop);
-            }
-            Err(e) => return not_started(e, stats, stop),
+            Ok(Listen::Off) => return HttpListener::off("off ([http] listen = \"off\")".into()),
+            Err(e) => return HttpListener::off(e),
         };
         let token = match token::load_or_create(data_dir) {
             Ok(t) => t,
             Err(e) => {
                 tracing::error!(error = %e, "the HTTP listener is off: no token");
-                return not_started(format!("no token: {e}"), stats, stop);
+                return HttpListener::off(format!("no token: {e}"));
             }
         };
         let listener = match tokio::net::TcpListener::bind(addr).await {
             Ok(l) => l,
             Err(e) => {
                 tracing::warn!(%addr, error = %e, "the HTTP listener is off: cannot listen there ([http] listen, --http-listen)");
-                return not_started(format!("cannot listen on {addr}: {e}"), stats, stop);
+                return HttpListener::off(format!("cannot listen on {addr}: {e}"));
             }
         };
         let bound = listener.local_addr().unwrap_or(addr);
+        let stats = Arc::new(HttpStats::default());
+        let (stop, mut stopped) = watch::channel(false);
         let app = Arc::new(App {
             pipeline,
             token,

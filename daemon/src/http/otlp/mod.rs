@@ -33,11 +33,7 @@ pub const SOURCE: &str = "otlp";
 const CLIENT: u64 = u64::MAX - 1;
 
 pub async fn logs(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
-    let (encoding, bytes) = match body::read(&headers, body, app.max_body_bytes) {
-        Ok(b) => b,
-        Err(e) => return e.into_response(),
-    };
-    let request: ExportLogsServiceRequest = match decode(encoding, &bytes) {
+    let (encoding, request) = match parse::<ExportLogsServiceRequest>(&app, &headers, body) {
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
@@ -52,11 +48,7 @@ pub async fn logs(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) 
 }
 
 pub async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
-    let (encoding, bytes) = match body::read(&headers, body, app.max_body_bytes) {
-        Ok(b) => b,
-        Err(e) => return e.into_response(),
-    };
-    let request: ExportMetricsServiceRequest = match decode(encoding, &bytes) {
+    let (encoding, request) = match parse::<ExportMetricsServiceRequest>(&app, &headers, body) {
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
@@ -67,16 +59,19 @@ pub async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap, body: Byte
     answer(encoding, &ExportMetricsServiceResponse::default())
 }
 
-fn decode<T>(encoding: Encoding, bytes: &[u8]) -> Result<T, body::Refused>
+/// The request in the body (its encoding from the headers, gzip undone), or why not.
+fn parse<T>(app: &App, headers: &HeaderMap, body: Bytes) -> Result<(Encoding, T), body::Refused>
 where
     T: Message + Default + serde::de::DeserializeOwned,
 {
-    match encoding {
-        Encoding::Protobuf => T::decode(bytes)
+    let (encoding, bytes) = body::read(headers, body, app.max_body_bytes)?;
+    let request = match encoding {
+        Encoding::Protobuf => T::decode(&bytes[..])
             .map_err(|e| body::Refused::bad(format!("not an OTLP protobuf message: {e}"))),
-        Encoding::Json => serde_json::from_slice(bytes)
+        Encoding::Json => serde_json::from_slice(&bytes)
             .map_err(|e| body::Refused::bad(format!("not an OTLP JSON message: {e}"))),
-    }
+    }?;
+    Ok((encoding, request))
 }
 
 fn answer<T: Message + serde::Serialize>(encoding: Encoding, response: &T) -> Response {
