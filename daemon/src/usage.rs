@@ -224,44 +224,25 @@ fn merge(into: &mut UsageRow, from: &UsageRow) {
     into.cost_usd_micros += from.cost_usd_micros;
 }
 
+const DAY_MS: u64 = 86_400_000;
+
 /// `YYYY-MM-DD` (UTC) of `ms` since the epoch.
 fn day(ms: u64) -> String {
-    let (y, m, d) = civil((ms / 86_400_000) as i64);
-    format!("{y:04}-{m:02}-{d:02}")
+    crate::util::time::rfc3339(ms)[..10].to_string()
 }
 
-/// `YYYY-Www`, the ISO 8601 week (Monday first; week 1 holds the year's first Thursday).
+/// `YYYY-Www`, the ISO 8601 week (Monday first; week 1 holds the year's first Thursday): the
+/// week's Thursday names the year, and counts the weeks from that year's first day.
 fn iso_week(ms: u64) -> String {
-    let days = (ms / 86_400_000) as i64;
-    let weekday = (days + 3).rem_euclid(7); // 0 = Monday (1970-01-01 was a Thursday)
-    let thursday = days - weekday + 3;
-    let (year, _, _) = civil(thursday);
-    let jan1 = days_from_civil(year, 1, 1);
-    format!("{year:04}-W{:02}", (thursday - jan1) / 7 + 1)
-}
-
-/// The proleptic Gregorian date of a day number (days since 1970-01-01).
-fn civil(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = i64::from((m + 9) % 12);
-    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    let days = ms / DAY_MS;
+    let weekday = (days + 3) % 7; // 0 = Monday (1970-01-01 was a Thursday)
+    let thursday = (days + 3).saturating_sub(weekday);
+    let year = &crate::util::time::rfc3339(thursday * DAY_MS)[..4];
+    let jan1 = humantime::parse_rfc3339(&format!("{year}-01-01T00:00:00Z"))
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_millis() as u64 / DAY_MS);
+    format!("{year}-W{:02}", (thursday - jan1) / 7 + 1)
 }
 
 #[cfg(test)]
@@ -271,17 +252,23 @@ mod tests {
 
     #[test]
     fn dates_and_iso_weeks() {
-        let ms = |y, m, d| days_from_civil(y, m, d) as u64 * 86_400_000;
-        assert_eq!(day(ms(2026, 11, 25) + 3_600_000), "2026-11-25");
+        let ms = |date: &str| {
+            humantime::parse_rfc3339(&format!("{date}T00:00:00Z"))
+                .unwrap()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as u64
+        };
+        assert_eq!(day(ms("2026-11-25") + 3_600_000), "2026-11-25");
         assert_eq!(day(0), "1970-01-01");
-        assert_eq!(iso_week(ms(2026, 11, 25)), "2026-W48");
+        assert_eq!(iso_week(ms("2026-11-25")), "2026-W48");
         assert_eq!(
-            iso_week(ms(2021, 1, 3)),
+            iso_week(ms("2021-01-03")),
             "2020-W53",
             "a Sunday in the last year's week"
         );
         assert_eq!(
-            iso_week(ms(2024, 12, 30)),
+            iso_week(ms("2024-12-30")),
             "2025-W01",
             "a Monday in the next year's week"
         );
