@@ -43,7 +43,7 @@ pub fn of(config: &Config) -> Result<Telemetry, String> {
         Err(e) => return Err(e),
     };
     let data_dir = config.data_dir();
-    make_private_dir(&data_dir)
+    dstream_daemon::autostart::make_private_dir(&data_dir)
         .map_err(|e| format!("cannot create {}: {e}", data_dir.display()))?;
     let token = dstream_daemon::http::token::load_or_create(&data_dir)
         .map_err(|e| format!("no token: {e}"))?;
@@ -51,15 +51,6 @@ pub fn of(config: &Config) -> Result<Telemetry, String> {
         endpoint: format!("http://{addr}/v1/logs"),
         token,
     })
-}
-
-/// The data directory as the daemon makes it (owner only), when the daemon never ran.
-fn make_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
-    let mut b = std::fs::DirBuilder::new();
-    b.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
-    b.create(dir)
 }
 
 /// What [`add`] did.

@@ -224,7 +224,8 @@ fn install(flags: &DaemonFlags) -> anyhow::Result<()> {
         Kind::Launchd => {
             // launchd does not create the folders of StandardOutPath.
             if let Some(dir) = launch.log.parent() {
-                create_private_dir(dir)?;
+                dstream_daemon::autostart::make_private_dir(dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
             }
             launchd::start(&path, &changed)
         }
@@ -254,15 +255,4 @@ fn uninstall() -> anyhow::Result<()> {
         systemd::reload_after_removal();
     }
     Ok(())
-}
-
-/// Creates `dir` (and its parents) owner-only, as the daemon would.
-fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder
-        .create(dir)
-        .with_context(|| format!("creating {}", dir.display()))
 }
