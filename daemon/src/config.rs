@@ -22,6 +22,9 @@ pub struct Config {
     pub relay: RelayConfig,
     pub retention: RetentionConfig,
     pub http: crate::http::settings::HttpConfig,
+    /// `[[budgets]]`: none by default.
+    #[serde(default)]
+    pub budgets: Vec<crate::budget::settings::BudgetConfig>,
     /// The file this configuration was read from, if any (hot reload reads it again).
     #[serde(skip)]
     pub file: Option<PathBuf>,
@@ -376,6 +379,9 @@ impl Config {
         }
         if self.http.max_body_bytes < 1024 {
             return bad("http.max_body_bytes", "must be at least 1024");
+        }
+        if let Err((i, e)) = crate::budget::settings::check_all(&self.budgets) {
+            return bad(&format!("budgets[{i}]"), &e);
         }
         if self.daemon.max_connections == 0 {
             return bad("daemon.max_connections", "must be at least 1");

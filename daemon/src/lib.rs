@@ -21,12 +21,14 @@
 //! - [`spool`]: events hooks wrote while no daemon ran, drained once each at start and
 //!   whenever one appears; [`autostart`]: how a hook starts a daemon that is not running;
 //! - [`state`]: what all of them share (config, store, hub, counters, memory budget);
+//! - [`budget`]: `[[budgets]]`, sums of what agents spent, and the brake on tool calls;
 //! - [`config`]: the configuration and its embedded, documented defaults.
 //!
 //! The `dstream` binary (CLI) is built on this crate and on `dstream-sdk`.
 
 mod agent_procs;
 pub mod autostart;
+pub mod budget;
 pub(crate) mod checkpoint;
 mod compaction;
 pub(crate) mod component;

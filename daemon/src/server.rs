@@ -120,10 +120,13 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
         .map_err(StartError::Checkpoints)?;
     components.add(checkpoints.clone());
     let feed = Arc::new(ConfigFeed::new(config.clone()));
+    let budgets = crate::budget::Budgets::start(store.clone(), hub.clone(), &config.budgets);
+    components.add(budgets.clone());
     let pipeline = Pipeline::start(
         store.clone(),
         hub.clone(),
         checkpoints.clone(),
+        budgets.clone(),
         feed.clone(),
         redact,
     )
@@ -179,6 +182,7 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
         hub,
         pipeline,
         checkpoints,
+        budgets,
         relay,
         retention,
         spool,

@@ -38,6 +38,7 @@ pub struct DaemonState {
     pub pipeline: Arc<Pipeline>,
     pub checkpoints: Arc<Checkpoints>,
     pub relay: Arc<crate::relay::Relay>,
+    pub budgets: Arc<crate::budget::Budgets>,
     /// Deletes sessions past `retention.delete_after`.
     pub retention: Arc<crate::retention::Retention>,
     /// Drains what hooks spooled while no daemon ran.

@@ -183,6 +183,7 @@ impl Usage {
             rows: rows.into_values().collect(),
             total,
             mismatches,
+            budgets: Vec::new(),
         }
     }
 }
@@ -194,7 +195,7 @@ fn str_of(v: &Value, k: &str) -> String {
         .to_string()
 }
 
-fn micros(usd: f64) -> u64 {
+pub(crate) fn micros(usd: f64) -> u64 {
     if usd.is_finite() && usd > 0.0 {
         (usd * 1e6).round() as u64
     } else {
@@ -209,10 +210,15 @@ fn add(row: &mut UsageRow, p: &Value) {
     row.output_tokens += n("output_tokens");
     row.cache_read_tokens += n("cache_read_input_tokens");
     row.cache_write_tokens += n("cache_creation_input_tokens");
-    row.cost_usd_micros += match p.get("cost_usd_micros").and_then(Value::as_u64) {
+    row.cost_usd_micros += cost_micros(p);
+}
+
+/// What one `usage.request` cost: the integer `cost_usd_micros` where the source gave one.
+pub(crate) fn cost_micros(p: &Value) -> u64 {
+    match p.get("cost_usd_micros").and_then(Value::as_u64) {
         Some(m) => m,
         None => p.get("cost_usd").and_then(Value::as_f64).map_or(0, micros),
-    };
+    }
 }
 
 fn merge(into: &mut UsageRow, from: &UsageRow) {
@@ -227,13 +233,13 @@ fn merge(into: &mut UsageRow, from: &UsageRow) {
 const DAY_MS: u64 = 86_400_000;
 
 /// `YYYY-MM-DD` (UTC) of `ms` since the epoch.
-fn day(ms: u64) -> String {
+pub(crate) fn day(ms: u64) -> String {
     crate::util::time::rfc3339(ms)[..10].to_string()
 }
 
 /// `YYYY-Www`, the ISO 8601 week (Monday first; week 1 holds the year's first Thursday): the
 /// week's Thursday names the year, and counts the weeks from that year's first day.
-fn iso_week(ms: u64) -> String {
+pub(crate) fn iso_week(ms: u64) -> String {
     let days = ms / DAY_MS;
     let weekday = (days + 3) % 7; // 0 = Monday (1970-01-01 was a Thursday)
     let thursday = (days + 3).saturating_sub(weekday);

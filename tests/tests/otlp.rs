@@ -330,7 +330,8 @@ fn free_port() -> u16 {
 /// The real Claude Code, installed with `dstream install claude-code --user`, reports each
 /// model call's tokens and cost to the daemon: what the session's `usage.request` events add up
 /// to is what `claude -p --output-format json` printed, and the permission decision that no hook
-/// sees is in the log.
+/// sees is in the log. Then a day's budget of half that cost, with `action = "ask"`, holds the
+/// Bash call of a second run in a checkpoint that names it, until a person approves.
 #[test]
 fn a_claude_code_run_reports_its_cost_through_telemetry() {
     use dstream_tests::agents::{self, AgentEnv};
@@ -339,7 +340,8 @@ fn a_claude_code_run_reports_its_cost_through_telemetry() {
 
     let paths = agents::ensure_installed();
     let port = free_port();
-    let d = Daemon::start_with(&format!("[http]\nlisten = \"127.0.0.1:{port}\"\n"));
+    let config = format!("[http]\nlisten = \"127.0.0.1:{port}\"\n");
+    let mut d = Daemon::start_with(&config);
     let env = AgentEnv::new();
     let out = env
         .command(dstream_tests::daemon_bin())
@@ -434,4 +436,77 @@ fn a_claude_code_run_reports_its_cost_through_telemetry() {
         decisions.iter().any(|e| e["metadata"]["source"] == "otlp"),
         "the tool decision record: {decisions:#?}"
     );
+
+    // A budget of half what that run cost, for the day: the next run's Bash call waits.
+    drop(c);
+    d.stop();
+    std::fs::write(
+        d.config_path().unwrap(),
+        format!(
+            "{config}\n[[budgets]]\nname = \"half\"\nscope = \"day\"\nlimit_usd = {}\naction = \"ask\"\n",
+            total / 2.0
+        ),
+    )
+    .unwrap();
+    d.restart();
+    let mock = MockModel::anthropic(Script::tool_then_text(
+        Reply::bash("echo second-run"),
+        "Done.",
+    ));
+    let mut cmd = agents::claude_command(&paths, &env, &mock, "Run echo second-run", &[]);
+    cmd.env_remove("DISABLE_TELEMETRY")
+        .env_remove("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC")
+        .envs(dstream_tests::client_env(d.socket()));
+    let second = agents::spawn_run(cmd, mock);
+    let mut c = d.client();
+    let pending = dstream_tests::relay::wait_for(
+        "the second run's call to wait",
+        Duration::from_secs(90),
+        || {
+            assert!(
+                !second.is_finished(),
+                "the second run ended without waiting"
+            );
+            let list = c.ok("checkpoint.list", json!({"state": "pending"}));
+            list["checkpoints"]
+                .as_array()
+                .and_then(|a| a.first())
+                .cloned()
+        },
+    );
+    let summary = pending["summary"].as_str().unwrap();
+    assert!(
+        summary.contains("echo second-run") && summary.contains("\"half\" crossed"),
+        "{summary}"
+    );
+    let socket = d.socket();
+    let approve = dstream_tests::run_detached(
+        &dstream_tests::daemon_bin(),
+        &[
+            "approve".as_ref(),
+            pending["id"].as_str().unwrap().as_ref(),
+            "--socket".as_ref(),
+            socket.as_os_str(),
+        ],
+    );
+    assert!(approve.status.success(), "{approve:?}");
+    let run = second.join().unwrap();
+    run.assert_success("the approved second run");
+    let second_session = pending["session_id"].as_str().unwrap().to_string();
+    let ran = c
+        .read_all(&second_session)
+        .iter()
+        .any(|e| e["type"] == "execution.tool_result" && e.to_string().contains("second-run"));
+    assert!(ran, "the approved command ran");
+    // The crossing is recorded once, when the second run's spending arrives.
+    let crossed = dstream_tests::relay::wait_for(
+        "the crossing to be recorded",
+        Duration::from_secs(30),
+        || {
+            let e = of_type(&c.read_all(&second_session), "usage.budget_exceeded");
+            (!e.is_empty()).then_some(e)
+        },
+    );
+    assert_eq!(crossed.len(), 1, "{crossed:#?}");
+    assert_eq!(crossed[0]["payload"]["budget"], "half");
 }

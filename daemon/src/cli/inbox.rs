@@ -53,6 +53,8 @@ pub struct Inbox {
     /// A note being typed (after `n`), attached to the next decision.
     pub note: Option<String>,
     pub typing_note: bool,
+    /// The crossed budgets, in words (`dstream usage` shows the same lines).
+    pub budgets: Vec<String>,
 }
 
 impl Inbox {
@@ -172,6 +174,20 @@ pub fn run(args: InboxArgs) -> anyhow::Result<ExitCode> {
                     }
                 }
                 Err(e) => inbox.status = format!("cannot list checkpoints: {e}"),
+            }
+            // A daemon without budgets (or an older one) has none to show.
+            if let Ok(b) = rt.block_on(client.budgets()) {
+                let crossed: Vec<String> = b
+                    .budgets
+                    .iter()
+                    .filter(|b| b.crossed)
+                    .map(super::usage_cmd::budget_line)
+                    .collect();
+                if crossed.len() > inbox.budgets.len() {
+                    // The daemon raised the desktop notification; the bell is for this screen.
+                    let _ = std::io::stdout().write_all(b"\x07");
+                }
+                inbox.budgets = crossed;
             }
         }
         terminal.draw(|f| draw(f, &inbox))?;
@@ -389,7 +405,8 @@ fn draw(f: &mut ratatui::Frame, inbox: &Inbox) {
     .block(
         Block::default()
             .borders(Borders::ALL)
-            .title(format!(" dstream inbox: {} pending ", inbox.items.len())),
+            .title(format!(" dstream inbox: {} pending ", inbox.items.len()))
+            .title_bottom(inbox.budgets.join(" · ")),
     );
     let mut state = TableState::default();
     if !inbox.items.is_empty() {

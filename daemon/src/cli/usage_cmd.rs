@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use dstream_sdk::protocol::{UsageParams, UsageRow};
+use dstream_sdk::protocol::{BudgetStatus, UsageParams, UsageRow};
 
 use super::client::{ClientOpts, connect, print_json, runtime};
 use super::client_cmds::parse_time;
@@ -78,7 +78,35 @@ pub fn run(args: UsageArgs) -> anyhow::Result<ExitCode> {
             dollars(m.counted_usd_micros)
         );
     }
+    for b in &result.budgets {
+        println!("{}", budget_line(b));
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One budget in words: `budget "daily" (day 2026-11-25, ask): $4.10 of $5.00`, and what
+/// crossing it did.
+pub fn budget_line(b: &BudgetStatus) -> String {
+    let mut line = format!(
+        "budget {:?} ({} {}, {}): {} of {}",
+        b.name,
+        b.scope,
+        if b.key.is_empty() { "-" } else { &b.key },
+        b.action,
+        dollars(b.spent_usd_micros),
+        dollars(b.limit_usd_micros)
+    );
+    if b.crossed {
+        line.push_str(match b.action.as_str() {
+            "ask" => " CROSSED: tool calls wait for approval",
+            "deny" => " CROSSED: tool calls are refused",
+            _ => " CROSSED",
+        });
+    }
+    if !b.ready {
+        line.push_str(" (still summing the logs)");
+    }
+    line
 }
 
 /// `$1.2345` from millionths of a dollar.

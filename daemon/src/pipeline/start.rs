@@ -12,6 +12,7 @@ use super::joins::JoinMemory;
 use super::observe::observe;
 use super::settings::PipelineSettings;
 use super::worker::Worker;
+use crate::budget::Budgets;
 use crate::checkpoint::Checkpoints;
 use crate::config_feed::ConfigFeed;
 use crate::hub::Hub;
@@ -29,6 +30,7 @@ impl Pipeline {
         store: Store,
         hub: Arc<Hub>,
         checkpoints: Arc<Checkpoints>,
+        budgets: Arc<Budgets>,
         feed: Arc<ConfigFeed>,
         redact: Arc<crate::redact::Shared>,
     ) -> std::io::Result<Arc<Pipeline>> {
@@ -60,6 +62,7 @@ impl Pipeline {
         let worker = Worker {
             store,
             checkpoints,
+            budgets,
             plugins: pipeline.plugins.subscribe(),
             pipeline: Arc::downgrade(&pipeline),
             joins: JoinMemory::default(),

@@ -9,6 +9,7 @@ use serde_json::{Map, Value as Json, json};
 use super::decide::{decide, strongest};
 use super::draft::{Draft, object};
 use super::joins::JoinMemory;
+use crate::budget::Budgets;
 use crate::checkpoint::policy::{self, Call, Policy, RuleVerdict};
 use crate::checkpoint::{self as checkpoint, Checkpoints, NewRequest, Prepared};
 use crate::config::PermissionRequests;
@@ -53,6 +54,7 @@ fn call_key(tool: &str, input: Option<&Json>) -> String {
 #[allow(clippy::too_many_arguments)]
 pub(super) fn verdict(
     checkpoints: &Checkpoints,
+    budgets: &Budgets,
     joins: &mut JoinMemory,
     set: &PluginSet,
     policy: &Policy,
@@ -91,6 +93,20 @@ pub(super) fn verdict(
         })
     });
     let mut decision = strongest(from_rule, decide(set, draft, notes));
+    let cwd = raw
+        .get("cwd")
+        .or_else(|| raw.get("directory"))
+        .and_then(Json::as_str)
+        .map(str::to_string);
+    // A crossed budget holds (or refuses) every call in its scope; it goes first, so that
+    // of two asks the checkpoint names the budget.
+    let lineage = draft
+        .event
+        .get("stream_id")
+        .and_then(Json::as_str)
+        .unwrap_or(&draft.session_id);
+    let brake = budgets.brake(lineage, cwd.as_deref());
+    decision = strongest(brake.as_ref().map(|b| b.decision.clone()), decision);
     // Stopped remotely: every call is denied until a person prompts the agent again.
     let stopped = checkpoints.stops.get(&draft.session_id).map(|s| Decision {
         stop: true,
@@ -109,11 +125,7 @@ pub(super) fn verdict(
     let Some(mut decision) = decision else {
         return (None, None);
     };
-    let cwd = raw
-        .get("cwd")
-        .or_else(|| raw.get("directory"))
-        .and_then(Json::as_str)
-        .map(str::to_string);
+    let braked = brake.filter(|b| b.decision.decided_by == decision.decided_by);
     let auto = |d: &Decision, grant: Option<&str>| {
         let mut p = json!({
             "auto": true,
@@ -150,10 +162,11 @@ pub(super) fn verdict(
         let event = auto(&decision, None);
         return (Some(decision), Some(event));
     }
-    if let Some(g) =
-        checkpoints
-            .grants
-            .find(&draft.session_id, cwd.as_deref(), &tool, input.as_ref())
+    // An "always allow" grant does not release the brake of a crossed budget.
+    if let Some(g) = checkpoints
+        .grants
+        .find(&draft.session_id, cwd.as_deref(), &tool, input.as_ref())
+        .filter(|_| braked.is_none())
     {
         decision = Decision::allow(
             format!(
@@ -184,7 +197,14 @@ pub(super) fn verdict(
     let request = NewRequest {
         session_id: draft.session_id.clone(),
         key,
-        summary: policy::summary(Some(&tool), input.as_ref()),
+        summary: match &braked {
+            Some(b) => format!(
+                "{} — {}",
+                policy::summary(Some(&tool), input.as_ref()),
+                b.summary
+            ),
+            None => policy::summary(Some(&tool), input.as_ref()),
+        },
         options: checkpoint::default_options(cwd.is_some()),
         timeout_ms,
         on_timeout: Some(on_timeout),

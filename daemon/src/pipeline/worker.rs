@@ -20,6 +20,7 @@ use super::ingest::{Ingest, IngestError};
 use super::joins::JoinMemory;
 use super::map::map;
 use super::verdict::{request_kind, verdict};
+use crate::budget::Budgets;
 use crate::checkpoint::Checkpoints;
 use crate::checkpoint::policy::{Call, Policy};
 use crate::plugins::PluginSet;
@@ -30,6 +31,7 @@ use dstream_sdk::protocol::Action;
 pub(super) struct Worker {
     pub(super) store: Store,
     pub(super) checkpoints: Arc<Checkpoints>,
+    pub(super) budgets: Arc<Budgets>,
     pub(super) plugins: watch::Receiver<Arc<PluginSet>>,
     pub(super) pipeline: std::sync::Weak<Pipeline>,
     pub(super) joins: JoinMemory,
@@ -161,6 +163,7 @@ impl Worker {
             }
             let (verdict, follow_up) = verdict(
                 &self.checkpoints,
+                &self.budgets,
                 &mut self.joins,
                 set,
                 policy,

@@ -66,6 +66,7 @@ pub async fn dispatch(
         Method::Query => now(sessions::query(state, raw).await),
         Method::Stats => now(admin::stats(state)),
         Method::Usage => now(usage::usage(state, raw).await),
+        Method::Budgets => now(usage::budgets(state)),
         Method::Repair => now(admin::repair(state, raw).await),
         Method::Compress => now(admin::compress(state, raw).await),
         Method::Fork => now(lifecycle::fork(state, raw).await),

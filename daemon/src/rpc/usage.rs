@@ -4,7 +4,7 @@
 use serde_json::value::RawValue;
 
 use dstream_sdk::RpcError;
-use dstream_sdk::protocol::{UsageParams, codes};
+use dstream_sdk::protocol::{BudgetsResult, UsageParams, UsageResult, codes};
 
 use super::wire::{RpcResult, check_session_id, params, store_error, to_json};
 use crate::state::DaemonState;
@@ -23,6 +23,7 @@ pub(super) async fn usage(state: &DaemonState, raw: Option<&RawValue>) -> RpcRes
         check_session_id(s, "session_id")?;
     }
     let store = state.store.clone();
+    let budgets = state.budgets.status();
     // A project is named by a lineage's first events, which may be older than `since`.
     let scan_from = if by == "project" {
         0
@@ -38,5 +39,12 @@ pub(super) async fn usage(state: &DaemonState, raw: Option<&RawValue>) -> RpcRes
     .await
     .map_err(|e| RpcError::new(codes::INTERNAL_ERROR, e.to_string()))?
     .map_err(store_error)?;
-    to_json(&result)
+    to_json(&UsageResult { budgets, ..result })
+}
+
+/// `budgets`: each configured budget and what its current period has spent.
+pub(super) fn budgets(state: &DaemonState) -> RpcResult {
+    to_json(&BudgetsResult {
+        budgets: state.budgets.status(),
+    })
 }

@@ -341,6 +341,11 @@ impl Client {
         self.call(methods::USAGE, params).await
     }
 
+    /// Each configured budget and what its current period has spent.
+    pub async fn budgets(&self) -> Result<BudgetsResult, Error> {
+        self.call(methods::BUDGETS, &serde_json::json!({})).await
+    }
+
     /// Opens a checkpoint (or finds the one `params.key` already has) once it is durable.
     pub async fn checkpoint_request(
         &self,

@@ -155,6 +155,8 @@ methods! {
     Compress = COMPRESS = "compress";
     /// `usage`: tokens and cost, summed by day, week, month, session, model, project or agent.
     Usage = USAGE = "usage";
+    /// `budgets`: each configured budget and what its current period has spent.
+    Budgets = BUDGETS = "budgets";
 }
 
 impl std::fmt::Display for Method {

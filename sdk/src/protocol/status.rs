@@ -181,4 +181,33 @@ pub struct UsageResult {
     pub total: UsageRow,
     #[serde(default)]
     pub mismatches: Vec<UsageMismatch>,
+    /// The budgets configured, with what their current period has spent.
+    #[serde(default)]
+    pub budgets: Vec<BudgetStatus>,
+}
+
+/// One `[[budgets]]` entry and where it stands.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetStatus {
+    pub name: String,
+    /// `session`, `day`, `week` or `project`.
+    pub scope: String,
+    /// `notify`, `ask` or `deny`.
+    pub action: String,
+    pub limit_usd_micros: u64,
+    /// The current period (`2026-11-25`, `2026-W48`), or for `session` and `project` budgets
+    /// the lineage or folder nearest its limit.
+    pub key: String,
+    pub spent_usd_micros: u64,
+    pub crossed: bool,
+    /// The crossing is recorded (`usage.budget_exceeded`).
+    pub recorded: bool,
+    /// False while the daemon is still summing the logs after a start.
+    pub ready: bool,
+}
+
+/// `budgets` result.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetsResult {
+    pub budgets: Vec<BudgetStatus>,
 }
