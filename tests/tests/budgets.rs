@@ -154,6 +154,27 @@ fn crossed_budgets_refuse_or_hold_the_tool_calls_in_their_scope() {
     assert_eq!(daily["name"], "daily", "{report}");
     assert_eq!(daily["spent_usd_micros"], 1_600_000, "{report}");
     assert_eq!(daily["crossed"], true, "{report}");
+    // And `dstream doctor` warns of them.
+    let out = d.cli(&[
+        "doctor",
+        "--json",
+        "--config",
+        d.config_path().unwrap().to_str().unwrap(),
+    ]);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let check = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "budgets")
+        .cloned()
+        .unwrap_or_else(|| panic!("no budgets check: {report}"));
+    assert_eq!(check["status"], "warn", "{check}");
+    let detail = check["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("\"per-session\"") && detail.contains("\"daily\""),
+        "{detail}"
+    );
 
     // After a restart the sums come back from the logs, and no crossing is recorded twice.
     drop(c);

@@ -510,3 +510,43 @@ fn a_claude_code_run_reports_its_cost_through_telemetry() {
     assert_eq!(crossed.len(), 1, "{crossed:#?}");
     assert_eq!(crossed[0]["payload"]["budget"], "half");
 }
+
+/// `dstream doctor` says where the listener listens, and why it does not when its port is taken.
+#[test]
+fn doctor_names_the_listener_or_why_it_is_off() {
+    let doctor_http = |d: &Daemon| -> Value {
+        let out = d.cli(&[
+            "doctor",
+            "--json",
+            "--config",
+            d.config_path().unwrap().to_str().unwrap(),
+        ]);
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "http")
+            .cloned()
+            .unwrap_or_else(|| panic!("no http check: {report}"))
+    };
+    let d = Daemon::start_with(CONFIG);
+    let l = listener(&d);
+    let check = doctor_http(&d);
+    assert_eq!(check["status"], "ok", "{check}");
+    assert!(
+        check["detail"].as_str().unwrap().contains(&l.addr),
+        "{check}"
+    );
+
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let d = Daemon::start_with(&format!("[http]\nlisten = \"127.0.0.1:{port}\"\n"));
+    let check = doctor_http(&d);
+    assert_eq!(check["status"], "warn", "{check}");
+    let detail = check["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(&format!("127.0.0.1:{port}")) && detail.contains("but off"),
+        "{check}"
+    );
+}

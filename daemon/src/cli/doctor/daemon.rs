@@ -64,10 +64,14 @@ pub fn ask(cx: &Context) -> (Option<Answers>, Vec<Check>) {
         let hello: HelloResult = within("hello", client.hello()).await?;
         let plugins = call(&client, methods::PLUGINS_LIST).await;
         let relay = call(&client, methods::RELAY_STATUS).await;
+        let stats = call(&client, methods::STATS).await;
+        let budgets = call(&client, methods::BUDGETS).await;
         Ok::<_, String>(Answers {
             hello,
             plugins,
             relay,
+            stats,
+            budgets,
         })
     });
     let shown = socket.display();

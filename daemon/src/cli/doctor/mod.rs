@@ -9,6 +9,7 @@
 mod daemon;
 mod files;
 mod hooks;
+mod http;
 mod report;
 mod service;
 mod spool;
@@ -86,6 +87,8 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     checks.extend(daemon::plugins(&cx));
     checks.extend(daemon::relay(&cx));
     checks.extend(spool::check(&cx));
+    checks.push(http::listener(&cx));
+    checks.push(http::budgets(&cx));
     checks.push(service::check());
 
     let ok = checks.iter().all(|c| c.status != Status::Fail);

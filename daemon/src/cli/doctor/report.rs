@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 
 use dstream_daemon::Config;
-use dstream_sdk::protocol::{HelloResult, PluginsListResult, RelayStatusResult};
+use dstream_sdk::protocol::{
+    BudgetsResult, HelloResult, PluginsListResult, RelayStatusResult, StatsResult,
+};
 use serde::Serialize;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -70,6 +72,8 @@ pub struct Answers {
     pub hello: HelloResult,
     pub plugins: Result<PluginsListResult, String>,
     pub relay: Result<RelayStatusResult, String>,
+    pub stats: Result<StatsResult, String>,
+    pub budgets: Result<BudgetsResult, String>,
 }
 
 /// `path` as one shell word, for a fix to paste.
