@@ -2,7 +2,7 @@
 //! machine, same run, one after the other (never concurrently).
 //!
 //! Run: `cargo run --release -p dstream-tests --bin bench [-- --quick] [--events N]
-//! [--duration SECS] [--warmup SECS] [--skip-reference] [--skip-dstream]`.
+//! [--duration SECS] [--warmup SECS] [--skip-reference] [--skip-dstream] [--only a,b]`.
 //! Prints one markdown table to stdout and writes it to `<repo>/.bench-cache/last-bench.md`.
 //! Progress goes to stderr.
 
@@ -19,6 +19,8 @@ mod http;
 mod import;
 #[path = "bench/load.rs"]
 mod load;
+#[path = "bench/otlp.rs"]
+mod otlp;
 #[path = "bench/procs.rs"]
 mod procs;
 #[path = "bench/reference.rs"]
@@ -71,6 +73,8 @@ const RELAY_LIVE_EVENTS: u64 = 300;
 /// Timed runs of `dstream hook claude-code` (and of the one-shot C client), and rounds of
 /// captured payloads ingested to measure each mapping plugin.
 const HOOK_RUNS: usize = 300;
+/// Claude Code telemetry records posted to the OTLP receiver (a tenth with --quick).
+const OTLP_RECORDS: usize = 20_000;
 const PLUGIN_ROUNDS: usize = 5;
 
 struct Opts {
@@ -79,6 +83,8 @@ struct Opts {
     events: u64,
     skip_reference: bool,
     skip_dstream: bool,
+    /// `--only a,b`: just these scenarios (the table shows the rest as not measured).
+    only: Option<Vec<String>>,
 }
 
 fn parse_args() -> Result<Opts> {
@@ -88,6 +94,7 @@ fn parse_args() -> Result<Opts> {
         events: 1_000_000,
         skip_reference: false,
         skip_dstream: false,
+        only: None,
     };
     let mut args = std::env::args().skip(1);
     let secs = |v: Option<String>, flag: &str| -> Result<Duration> {
@@ -121,9 +128,21 @@ fn parse_args() -> Result<Opts> {
             "--warmup" => o.warmup = secs(args.next(), "--warmup")?,
             "--skip-reference" => o.skip_reference = true,
             "--skip-dstream" => o.skip_dstream = true,
+            "--only" => {
+                let list = args.next().context("--only needs a list of scenarios")?;
+                let names: Vec<String> = list.split(',').map(|s| s.trim().to_string()).collect();
+                if let Some(bad) = names.iter().find(|n| !SCENARIOS.contains(&n.as_str())) {
+                    bail!(
+                        "--only: no scenario {bad:?}; there are {}",
+                        SCENARIOS.join(", ")
+                    );
+                }
+                o.only = Some(names);
+            }
             "-h" | "--help" => {
                 println!(
-                    "usage: bench [--quick] [--events N] [--duration SECS] [--warmup SECS] [--skip-reference] [--skip-dstream]"
+                    "usage: bench [--quick] [--events N] [--duration SECS] [--warmup SECS] [--skip-reference] [--skip-dstream] [--only {}]",
+                    SCENARIOS.join(",")
                 );
                 std::process::exit(0);
             }
@@ -132,6 +151,20 @@ fn parse_args() -> Result<Opts> {
     }
     Ok(o)
 }
+
+/// What `--only` can name.
+const SCENARIOS: &[&str] = &[
+    "rss",
+    "appends",
+    "subscriber",
+    "checkpoints",
+    "agents",
+    "otlp",
+    "ffi",
+    "many",
+    "big",
+    "relay",
+];
 
 /// Measured values by metric key, one map per server.
 type Metrics = HashMap<&'static str, f64>;
@@ -191,37 +224,59 @@ fn run() -> Result<()> {
         many_ok: None,
     };
     let (d, r) = (dstream_bin.as_deref(), ref_bin.as_deref());
-    if let Some(bin) = d {
-        b.dstream_idle_rss(bin)?;
-    }
-    if let Some(bin) = r {
-        b.reference_idle_rss(bin)?;
+    let wants = |name: &str| {
+        o.only
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|n| n == name))
+    };
+    if wants("rss") {
+        if let Some(bin) = d {
+            b.dstream_idle_rss(bin)?;
+        }
+        if let Some(bin) = r {
+            b.reference_idle_rss(bin)?;
+        }
     }
     // Each durable append scenario runs on dstream and then right away on the reference, so
     // that both see the same machine state (disk and host noise drift over a run).
-    for scenario in APPEND_SCENARIOS {
+    for scenario in APPEND_SCENARIOS.iter().filter(|_| wants("appends")) {
         if let Some(bin) = d {
-            b.dstream_appends(bin, "always", scenario)?;
+            b.dstream_appends(bin, "always", *scenario)?;
         }
         if let Some(bin) = r {
-            b.reference_appends(bin, scenario)?;
+            b.reference_appends(bin, *scenario)?;
         }
     }
     if let Some(bin) = d {
-        for scenario in APPEND_SCENARIOS {
-            b.dstream_appends(bin, "interval", scenario)?;
+        for scenario in APPEND_SCENARIOS.iter().filter(|_| wants("appends")) {
+            b.dstream_appends(bin, "interval", *scenario)?;
         }
-        b.dstream_subscriber(bin)?;
-        b.dstream_checkpoints(bin)?;
-        b.dstream_agents(bin, &repo)?;
-        b.dstream_ffi(bin, &repo)?;
-        b.dstream_many(bin)?;
-        b.dstream_big(bin)?;
+        if wants("subscriber") {
+            b.dstream_subscriber(bin)?;
+        }
+        if wants("checkpoints") {
+            b.dstream_checkpoints(bin)?;
+        }
+        if wants("agents") {
+            b.dstream_agents(bin, &repo)?;
+        }
+        if wants("otlp") {
+            b.dstream_otlp(bin)?;
+        }
+        if wants("ffi") {
+            b.dstream_ffi(bin, &repo)?;
+        }
+        if wants("many") {
+            b.dstream_many(bin)?;
+        }
+        if wants("big") {
+            b.dstream_big(bin)?;
+        }
     }
-    if let Some(bin) = r {
+    if let Some(bin) = r.filter(|_| wants("big")) {
         b.reference_big(bin)?;
     }
-    if let (Some(bin), Some(ref_bin)) = (d, r) {
+    if let (Some(bin), Some(ref_bin)) = (d, r.filter(|_| wants("relay"))) {
         b.dstream_relay(bin, ref_bin)?;
     }
 
@@ -900,6 +955,27 @@ impl Bench<'_> {
         Ok(())
     }
 
+    /// Claude Code's telemetry records into the OTLP receiver (see `otlp`).
+    fn dstream_otlp(&mut self, bin: &Path) -> Result<()> {
+        let quick = self.o.measure < Duration::from_secs(5);
+        let total = if quick {
+            OTLP_RECORDS / 10
+        } else {
+            OTLP_RECORDS
+        };
+        eprintln!("bench: dstream: {total} OTLP log records into the receiver (fsync=always)");
+        let (dir, s) = self.dstream(bin, "dstream-otlp-")?;
+        let (d, _) = s.start(&format!("{FSYNC_ALWAYS}\n[http]\nlisten = \"0\""))?;
+        let rate = otlp::ingest(&s.socket(), &s.data_dir(), total);
+        d.stop()?;
+        let rate = rate?;
+        eprintln!("bench:   {rate:.0} records/s");
+        self.ours.insert("otlp/records_s", rate);
+        drop(dir);
+        sync_disk();
+        Ok(())
+    }
+
     /// Appends from C through `ds_append` at 1 and 16 threads, and the Rust SDK likewise.
     fn dstream_ffi(&mut self, bin: &Path, repo: &Path) -> Result<()> {
         let lib_dir = procs::build_ffi(repo, bin)?;
@@ -1337,6 +1413,16 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
     t.add(
         format!("`dstream import claude-code`, transcript lines/s ({IMPORT_SESSIONS} generated sessions of {IMPORT_TURNS} tool turns, fsync=always)"),
         get(ours, "import/lines_s"),
+        None,
+        Better::Higher,
+    );
+    t.add(
+        format!(
+            "OTLP log records/s into the receiver (Claude Code `api_request`, http/json, {} per POST, {} connections, fsync=always; goal ≥ 5,000)",
+            otlp::BATCH,
+            otlp::CONNECTIONS
+        ),
+        get(ours, "otlp/records_s"),
         None,
         Better::Higher,
     );

@@ -11,6 +11,8 @@ pub struct HttpConn {
     host: String,
     req: Vec<u8>,
     line: String,
+    /// Header lines (`Name: value`) sent with every request.
+    extra: Vec<String>,
 }
 
 pub struct Response {
@@ -45,11 +47,17 @@ impl HttpConn {
             host: host.into(),
             req: Vec::with_capacity(1024),
             line: String::new(),
+            extra: Vec::new(),
         })
     }
 
     pub fn connect(addr: &str) -> io::Result<Self> {
         HttpConn::new(TcpStream::connect(addr)?, addr)
+    }
+
+    /// Sends `Name: value` with every request from now on.
+    pub fn always_send(&mut self, header: String) {
+        self.extra.push(header);
     }
 
     /// Sends one request (head and body in a single write) and reads the whole response.
@@ -68,6 +76,9 @@ impl HttpConn {
         )?;
         if let Some(ct) = content_type {
             write!(self.req, "Content-Type: {ct}\r\n")?;
+        }
+        for h in &self.extra {
+            write!(self.req, "{h}\r\n")?;
         }
         if !body.is_empty() || method == "POST" || method == "PUT" {
             write!(self.req, "Content-Length: {}\r\n", body.len())?;
