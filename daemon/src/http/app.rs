@@ -4,11 +4,16 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
+use crate::hub::Hub;
 use crate::pipeline::Pipeline;
+use crate::store::Store;
 
 /// What the handlers share.
 pub struct App {
     pub pipeline: Arc<Pipeline>,
+    /// Where Durable Streams reads read from: the logs, then the committed stream.
+    pub store: Store,
+    pub hub: Arc<Hub>,
     pub token: String,
     pub allowed_origins: Vec<String>,
     pub max_body_bytes: usize,

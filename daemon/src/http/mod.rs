@@ -1,5 +1,5 @@
-//! The daemon's one HTTP listener, on loopback only: the OTLP receiver (`otlp`) today; the
-//! web view and Durable Streams reads later. Every request passes `guard` (loopback `Host`, no
+//! The daemon's one HTTP listener, on loopback only: the OTLP receiver (`otlp`) and Durable
+//! Streams reads of local sessions (`streams`); the web view later. Every request passes `guard` (loopback `Host`, no
 //! foreign `Origin`, the bearer token of `token`); bodies are bounded by `[http]
 //! max_body_bytes`. Where it listens is `[http] listen` (`settings`), or `--http-listen`. A
 //! port in use is not fatal: the socket is the daemon's main job, so it logs why, and `stats`
@@ -9,6 +9,7 @@ pub mod app;
 pub mod guard;
 pub mod otlp;
 pub mod settings;
+pub mod streams;
 pub mod token;
 
 use std::net::SocketAddr;
@@ -17,11 +18,13 @@ use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::post;
+use axum::routing::{get, post};
 use tokio::sync::watch;
 
 use crate::component::{Component, Stopping};
+use crate::hub::Hub;
 use crate::pipeline::Pipeline;
+use crate::store::Store;
 use app::{App, HttpStats};
 use settings::{HttpConfig, Listen};
 
@@ -51,6 +54,8 @@ impl HttpListener {
         config: &HttpConfig,
         data_dir: &Path,
         pipeline: Arc<Pipeline>,
+        store: Store,
+        hub: Arc<Hub>,
     ) -> Arc<HttpListener> {
         let addr = match config.listen() {
             Ok(Listen::At(a)) => a,
@@ -76,6 +81,8 @@ impl HttpListener {
         let (stop, mut stopped) = watch::channel(false);
         let app = Arc::new(App {
             pipeline,
+            store,
+            hub,
             token,
             allowed_origins: config.allowed_origins.clone(),
             max_body_bytes: config.max_body_bytes,
@@ -84,13 +91,18 @@ impl HttpListener {
         let router = Router::new()
             .route("/v1/logs", post(otlp::logs))
             .route("/v1/metrics", post(otlp::metrics))
+            // Reads only: any other method is answered 405 with `Allow: GET,HEAD`.
+            .route(
+                "/v1/stream/{session_id}",
+                get(streams::get).head(streams::head),
+            )
             .layer(DefaultBodyLimit::max(config.max_body_bytes))
             .layer(axum::middleware::from_fn_with_state(
                 app.clone(),
                 guard::check,
             ))
             .with_state(app);
-        tracing::info!(%bound, "HTTP listener ready (OTLP: /v1/logs, /v1/metrics)");
+        tracing::info!(%bound, "HTTP listener ready (OTLP: /v1/logs, /v1/metrics; sessions: /v1/stream/<id>)");
         let task = tokio::spawn(async move {
             let shutdown = async move {
                 let _ = stopped.wait_for(|s| *s).await;
