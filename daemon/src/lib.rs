@@ -30,6 +30,7 @@ mod agent_procs;
 pub mod autostart;
 pub mod budget;
 pub(crate) mod checkpoint;
+pub mod claude_reply;
 mod compaction;
 pub(crate) mod component;
 pub mod config;

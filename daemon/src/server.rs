@@ -165,6 +165,7 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
         pipeline.clone(),
         store.clone(),
         hub.clone(),
+        checkpoints.clone(),
     )
     .await;
     components.add(http.clone());

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
+use crate::checkpoint::Checkpoints;
 use crate::hub::Hub;
 use crate::pipeline::Pipeline;
 use crate::store::Store;
@@ -14,6 +15,8 @@ pub struct App {
     /// Where Durable Streams reads read from: the logs, then the committed stream.
     pub store: Store,
     pub hub: Arc<Hub>,
+    /// Where the HTTP hook waits for a held call's decision.
+    pub checkpoints: Arc<Checkpoints>,
     pub token: String,
     pub allowed_origins: Vec<String>,
     pub max_body_bytes: usize,

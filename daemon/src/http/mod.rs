@@ -1,5 +1,6 @@
-//! The daemon's one HTTP listener, on loopback only: the OTLP receiver (`otlp`) and Durable
-//! Streams reads of local sessions (`streams`); the web view later. Every request passes `guard` (loopback `Host`, no
+//! The daemon's one HTTP listener, on loopback only: the OTLP receiver (`otlp`), Durable
+//! Streams reads of local sessions (`streams`) and Claude Code's HTTP hooks (`hooks`); the web
+//! view later. Every request passes `guard` (loopback `Host`, no
 //! foreign `Origin`, the bearer token of `token`); bodies are bounded by `[http]
 //! max_body_bytes`. Where it listens is `[http] listen` (`settings`), or `--http-listen`. A
 //! port in use is not fatal: the socket is the daemon's main job, so it logs why, and `stats`
@@ -7,6 +8,7 @@
 
 pub mod app;
 pub mod guard;
+pub mod hooks;
 pub mod otlp;
 pub mod settings;
 pub mod streams;
@@ -21,6 +23,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use tokio::sync::watch;
 
+use crate::checkpoint::Checkpoints;
 use crate::component::{Component, Stopping};
 use crate::hub::Hub;
 use crate::pipeline::Pipeline;
@@ -56,6 +59,7 @@ impl HttpListener {
         pipeline: Arc<Pipeline>,
         store: Store,
         hub: Arc<Hub>,
+        checkpoints: Arc<Checkpoints>,
     ) -> Arc<HttpListener> {
         let addr = match config.listen() {
             Ok(Listen::At(a)) => a,
@@ -83,6 +87,7 @@ impl HttpListener {
             pipeline,
             store,
             hub,
+            checkpoints,
             token,
             allowed_origins: config.allowed_origins.clone(),
             max_body_bytes: config.max_body_bytes,
@@ -91,6 +96,7 @@ impl HttpListener {
         let router = Router::new()
             .route("/v1/logs", post(otlp::logs))
             .route("/v1/metrics", post(otlp::metrics))
+            .route("/hooks/claude-code", post(hooks::claude_code))
             // Reads only: any other method is answered 405 with `Allow: GET,HEAD`.
             .route(
                 "/v1/stream/{session_id}",
@@ -102,7 +108,7 @@ impl HttpListener {
                 guard::check,
             ))
             .with_state(app);
-        tracing::info!(%bound, "HTTP listener ready (OTLP: /v1/logs, /v1/metrics; sessions: /v1/stream/<id>)");
+        tracing::info!(%bound, "HTTP listener ready (OTLP: /v1/logs, /v1/metrics; sessions: /v1/stream/<id>; hooks: /hooks/claude-code)");
         let task = tokio::spawn(async move {
             let shutdown = async move {
                 let _ = stopped.wait_for(|s| *s).await;

@@ -1,49 +1,10 @@
-//! The reply Claude Code expects on stdout: `hookSpecificOutput` with a `permissionDecision`
-//! (PreToolUse) or a `decision.behavior` (PermissionRequest), and `continue: false` for a
-//! remote stop.
+//! The reply printed for Claude Code on stdout: the outcome's verdict, shaped by
+//! [`dstream_daemon::claude_reply`] (which the daemon's HTTP hook answers with too).
 
-use serde::Serialize;
-use serde_json::Value;
+use dstream_daemon::claude_reply::{ClaudeOutput, reply};
 
 use super::outcome::Outcome;
-use super::verdict::{self, Verdict};
-
-/// What Claude Code reads from a hook's stdout.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-pub(super) struct ClaudeOutput {
-    /// `false` ends the agent's turn after this hook (a remote stop); absent otherwise.
-    #[serde(rename = "continue", skip_serializing_if = "Option::is_none")]
-    continue_: Option<bool>,
-    /// Shown to the person when `continue` is false.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    stop_reason: Option<String>,
-    hook_specific_output: ClaudeSpecific,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ClaudeSpecific {
-    hook_event_name: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    permission_decision: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    permission_decision_reason: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    updated_input: Option<Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    decision: Option<PermissionDecision>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct PermissionDecision {
-    behavior: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    updated_input: Option<Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    message: Option<String>,
-}
+use super::verdict;
 
 /// What to print for the event `kind` given the outcome, and a few words for the debug line.
 pub(super) fn answer(
@@ -53,74 +14,20 @@ pub(super) fn answer(
 ) -> (Option<ClaudeOutput>, &'static str) {
     let verdict = verdict::verdict(outcome, fail_closed);
     let said = verdict.said();
-    let output = match (kind, verdict) {
-        (_, Verdict::Pass) | (None, _) => None,
-        (
-            Some("PreToolUse"),
-            Verdict::Allow {
-                reason,
-                updated_input,
-            },
-        ) => Some(ClaudeSpecific {
-            hook_event_name: "PreToolUse",
-            permission_decision: Some("allow"),
-            permission_decision_reason: Some(reason),
-            updated_input,
-            decision: None,
-        }),
-        (Some("PreToolUse"), Verdict::Deny(reason)) => Some(ClaudeSpecific {
-            hook_event_name: "PreToolUse",
-            permission_decision: Some("deny"),
-            permission_decision_reason: Some(reason),
-            updated_input: None,
-            decision: None,
-        }),
-        (Some("PermissionRequest"), Verdict::Allow { updated_input, .. }) => Some(ClaudeSpecific {
-            hook_event_name: "PermissionRequest",
-            permission_decision: None,
-            permission_decision_reason: None,
-            updated_input: None,
-            decision: Some(PermissionDecision {
-                behavior: "allow",
-                updated_input,
-                message: None,
-            }),
-        }),
-        (Some("PermissionRequest"), Verdict::Deny(message)) => Some(ClaudeSpecific {
-            hook_event_name: "PermissionRequest",
-            permission_decision: None,
-            permission_decision_reason: None,
-            updated_input: None,
-            decision: Some(PermissionDecision {
-                behavior: "deny",
-                updated_input: None,
-                message: Some(message),
-            }),
-        }),
-        // Other events take no permission decision.
-        _ => None,
-    };
+    // A remote stop also ends the turn: Claude Code stops after this hook.
+    let output = reply(kind, verdict, verdict::stop(outcome));
     let said = if output.is_some() {
         said
     } else {
         "printed nothing"
     };
-    // A remote stop also ends the turn: Claude Code stops after this hook.
-    let stop = verdict::stop(outcome);
-    (
-        output.map(|hook_specific_output| ClaudeOutput {
-            continue_: stop.as_ref().map(|_| false),
-            stop_reason: stop,
-            hook_specific_output,
-        }),
-        said,
-    )
+    (output, said)
 }
 
 #[cfg(test)]
 mod tests {
     use dstream_sdk::protocol::{Decision, IngestResult};
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
     use crate::cli::hook::outcome::Failure;

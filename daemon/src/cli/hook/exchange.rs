@@ -4,10 +4,11 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
+use dstream_daemon::claude_reply::decision_of;
 use dstream_daemon::util::backoff::Backoff;
 use dstream_sdk::protocol::{
-    Action, CheckpointAwaitParams, CheckpointInfo, CheckpointState, DEFAULT_MAX_FRAME_BYTES,
-    Decision, HelloResult, IngestParams, IngestResult, codes, methods,
+    Action, CheckpointAwaitParams, CheckpointInfo, DEFAULT_MAX_FRAME_BYTES, HelloResult,
+    IngestParams, IngestResult, codes, methods,
 };
 use serde_json::json;
 
@@ -123,32 +124,5 @@ fn await_decision(
             Ok(Err(e)) => return Err(Failure::Rpc(e)),
             Err(_) => conn = None,
         }
-    }
-}
-
-/// A decided checkpoint as the verdict the agent gets.
-fn decision_of(checkpoint: CheckpointInfo) -> Decision {
-    let d = checkpoint.decision.clone().expect("decided");
-    let mut reason = match checkpoint.state {
-        CheckpointState::Expired => format!(
-            "nobody decided before the deadline; dstream applied the default ({})",
-            d.action
-        ),
-        state => format!(
-            "{state} by {} (dstream checkpoint {})",
-            d.decided_by, checkpoint.id
-        ),
-    };
-    if let Some(note) = &d.note {
-        reason.push_str(": ");
-        reason.push_str(note);
-    }
-    Decision {
-        action: d.action,
-        reason: Some(reason),
-        decided_by: Some(d.decided_by.clone()),
-        updated_input: d.input.clone(),
-        checkpoint: Some(checkpoint),
-        stop: false,
     }
 }

@@ -24,9 +24,7 @@ use crate::event_json::EventJson;
 use crate::http::app::App;
 use crate::http::streams::closing::{ARCHIVED, archived_at};
 use crate::http::streams::offset::Offset;
-use crate::http::streams::reply::{
-    CLOSED, CURSOR, NEXT_OFFSET, Refused, UP_TO_DATE, protect, set,
-};
+use crate::http::streams::reply::{CLOSED, CURSOR, NEXT_OFFSET, Refused, UP_TO_DATE, protect, set};
 use crate::store::Store;
 use crate::util::time::now_ms;
 
@@ -36,7 +34,6 @@ use crate::util::time::now_ms;
 const PAGE_EVENTS: usize = 10_000;
 /// How long a long-poll waits for an event.
 const LONG_POLL: Duration = Duration::from_secs(20);
-
 
 /// The query parameters the protocol defines; others are ignored.
 #[derive(Default)]
@@ -65,7 +62,10 @@ fn params(raw: Option<&str>) -> Params {
 /// The session's committed LSN, or the answer for a session there is no stream for.
 fn committed(store: &Store, id: &str) -> Result<u64, Refused> {
     if dstream_sdk::validate_session_id(id).is_err() {
-        return Err(Refused(StatusCode::BAD_REQUEST, "not a valid session id".into()));
+        return Err(Refused(
+            StatusCode::BAD_REQUEST,
+            "not a valid session id".into(),
+        ));
     }
     match store.get(id).map(|s| s.committed_lsn()) {
         Some(lsn) if lsn > 0 => Ok(lsn),
