@@ -10,6 +10,7 @@ pub mod app;
 pub mod guard;
 pub mod hooks;
 pub mod otlp;
+pub mod peer;
 pub mod settings;
 pub mod streams;
 pub mod token;
@@ -109,9 +110,14 @@ impl HttpListener {
             ))
             .with_state(app);
         tracing::info!(%bound, "HTTP listener ready (OTLP: /v1/logs, /v1/metrics; sessions: /v1/stream/<id>; hooks: /hooks/claude-code)");
+        let serving_stats = stats.clone();
         let task = tokio::spawn(async move {
             let shutdown = async move {
                 let _ = stopped.wait_for(|s| *s).await;
+            };
+            let listener = peer::SameUser {
+                inner: listener,
+                stats: serving_stats,
             };
             if let Err(e) = axum::serve(listener, router)
                 .with_graceful_shutdown(shutdown)

@@ -790,10 +790,15 @@ impl Bench<'_> {
         let plugins = s.dir.join("plugins");
         std::fs::create_dir_all(&plugins)?;
         let (d, _) = s.start(&format!(
-            "{FSYNC_ALWAYS}\n[plugins]\ndir = {:?}",
+            "{FSYNC_ALWAYS}\n[plugins]\ndir = {:?}\n[http]\nlisten = \"0\"",
             plugins.display().to_string()
         ))?;
         let socket = s.socket();
+        // Claude Code's `http` hook: the same event POSTed to the listener, kept alive.
+        let mut http_hook = agents::time_http_hook(&socket, &s.data_dir(), &event, runs)?;
+        let p = pcts(&mut http_hook, 1e6);
+        p.p50.map(|v| self.ours.insert("hook_http/p50", v));
+        p.p99.map(|v| self.ours.insert("hook_http/p99", v));
         // Alternate the two clients, so both meet the same machine state.
         let (mut hook, mut c) = (Vec::new(), Vec::new());
         for _ in 0..runs {
@@ -1357,6 +1362,18 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
     t.add(
         "… the same, p99",
         get(ours, "hook/p99"),
+        get(theirs, "hook/p99"),
+        Better::Lower,
+    );
+    t.add(
+        "Claude Code `http` hook: the same PreToolUse POSTed to `/hooks/claude-code` (kept-alive connection), round trip ms p50 (reference column: the one-shot C client; goal ≤ 0.3 ms)",
+        get(ours, "hook_http/p50"),
+        get(theirs, "hook/p50"),
+        Better::Lower,
+    );
+    t.add(
+        "… the same, p99",
+        get(ours, "hook_http/p99"),
         get(theirs, "hook/p99"),
         Better::Lower,
     );

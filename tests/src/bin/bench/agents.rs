@@ -110,6 +110,43 @@ pub fn time_runs(mut make: impl FnMut() -> Command, input: &str, runs: usize) ->
     Ok(lat)
 }
 
+/// POSTs `event` to the daemon's `/hooks/claude-code` `runs` times over one kept-alive
+/// connection, as Claude Code's `http` hook does; each round trip in ns.
+pub fn time_http_hook(
+    socket: &Path,
+    data_dir: &Path,
+    event: &str,
+    runs: usize,
+) -> Result<Vec<u64>> {
+    let stats = Rpc::connect(socket)?.call("stats", "{}")?;
+    let addr = stats["http"]["listen"]
+        .as_str()
+        .with_context(|| format!("the daemon has no HTTP listener: {}", stats["http"]))?
+        .to_string();
+    let token = std::fs::read_to_string(data_dir.join("http.token"))?;
+    let mut conn = crate::http::HttpConn::connect(&addr)?;
+    conn.always_send(format!("Authorization: Bearer {}", token.trim()));
+    let mut lat = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let t0 = Instant::now();
+        let r = conn.request(
+            "POST",
+            "/hooks/claude-code",
+            Some("application/json"),
+            event.as_bytes(),
+        )?;
+        lat.push(t0.elapsed().as_nanos() as u64);
+        if r.status != 200 {
+            bail!(
+                "POST /hooks/claude-code: {} {}",
+                r.status,
+                String::from_utf8_lossy(&r.body)
+            );
+        }
+    }
+    Ok(lat)
+}
+
 /// Ingests every captured payload `rounds` times and returns each plugin's average time per
 /// call in µs, from the daemon's own counters (`plugins.list`).
 pub fn plugin_costs(socket: &Path, repo: &Path, rounds: usize) -> Result<Vec<(String, f64, u64)>> {
