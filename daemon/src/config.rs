@@ -22,6 +22,7 @@ pub struct Config {
     pub relay: RelayConfig,
     pub retention: RetentionConfig,
     pub http: crate::http::settings::HttpConfig,
+    pub otlp: crate::http::settings::OtlpConfig,
     /// The file this configuration was read from, if any (hot reload reads it again).
     #[serde(skip)]
     pub file: Option<PathBuf>,
@@ -376,6 +377,9 @@ impl Config {
         }
         if self.http.max_body_bytes < 1024 {
             return bad("http.max_body_bytes", "must be at least 1024");
+        }
+        if let Err(e) = self.otlp.forward_target() {
+            return bad("otlp.forward_to", &e);
         }
         if self.daemon.max_connections == 0 {
             return bad("daemon.max_connections", "must be at least 1");

@@ -156,7 +156,9 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
     )
     .map_err(StartError::Spool)?;
     components.add(spool.clone());
-    let http = crate::http::HttpListener::start(&config.http, &data_dir, pipeline.clone()).await;
+    let http =
+        crate::http::HttpListener::start(&config.http, &config.otlp, &data_dir, pipeline.clone())
+            .await;
     components.add(http.clone());
     if let Some(w) = crate::watch::start(pipeline.clone(), config.file.clone()) {
         components.add(Arc::new(w));

@@ -1,9 +1,11 @@
 //! What the listener's handlers share: the pipeline records go into, the token and origins
-//! the guard checks, the body bound, and the counters `stats` shows.
+//! the guard checks, the body bound, the forwarder to the user's collector, and the counters
+//! `stats` shows (the forwarder keeps its own).
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
+use crate::http::forward::Forwarder;
 use crate::pipeline::Pipeline;
 
 /// What the handlers share.
@@ -13,6 +15,7 @@ pub struct App {
     pub allowed_origins: Vec<String>,
     pub max_body_bytes: usize,
     pub stats: Arc<HttpStats>,
+    pub forward: Arc<Forwarder>,
 }
 
 /// Counters for `dstream stats`.
