@@ -43,10 +43,12 @@ pub struct Item {
 }
 
 impl Item {
-    pub fn new(path: &'static str, headers: &HeaderMap, body: Bytes) -> Item {
+    pub fn new(path: &'static str, headers: &HeaderMap, body: &[u8]) -> Item {
         Item {
             path,
-            body,
+            // A copy of its own: a slice of the connection's read buffer would keep the whole
+            // buffer alive, and the queue's bound counts only the body.
+            body: Bytes::copy_from_slice(body),
             content_type: headers.get(CONTENT_TYPE).cloned(),
             content_encoding: headers.get(CONTENT_ENCODING).cloned(),
         }
@@ -119,6 +121,11 @@ impl Forwarder {
     /// Where requests go now (`stats`).
     pub fn target(&self) -> Option<String> {
         self.target.lock().unwrap().as_ref().map(|t| t.base.clone())
+    }
+
+    /// Body bytes waiting now (`stats`).
+    pub fn queued_bytes(&self) -> u64 {
+        self.queue.lock().unwrap().bytes as u64
     }
 
     /// A new configuration's target.

@@ -138,6 +138,7 @@ impl HttpListener {
             forwarded: f.map_or(0, |f| f.stats.forwarded.load(r)),
             forward_dropped: f.map_or(0, |f| f.stats.dropped.load(r)),
             forward_errors: f.map_or(0, |f| f.stats.errors.load(r)),
+            forward_queued_bytes: f.map_or(0, |f| f.queued_bytes()),
             forward_last_error: f.and_then(|f| f.stats.last_error.lock().unwrap().clone()),
         }
     }

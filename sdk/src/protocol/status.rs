@@ -77,6 +77,9 @@ pub struct HttpStats {
     pub forward_dropped: u64,
     #[serde(default)]
     pub forward_errors: u64,
+    /// Body bytes waiting to be forwarded (at most 8 MiB).
+    #[serde(default)]
+    pub forward_queued_bytes: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forward_last_error: Option<String>,
 }

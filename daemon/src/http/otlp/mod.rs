@@ -47,7 +47,7 @@ pub async fn logs(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) 
     if let Err(why) = store(&app, records).await {
         return (StatusCode::SERVICE_UNAVAILABLE, why).into_response();
     }
-    app.forward.offer(Item::new("/v1/logs", &headers, body));
+    app.forward.offer(Item::new("/v1/logs", &headers, &body));
     answer(encoding, &ExportLogsServiceResponse::default())
 }
 
@@ -61,7 +61,7 @@ pub async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap, body: Byte
     app.stats
         .otlp_metric_points
         .fetch_add(points, std::sync::atomic::Ordering::Relaxed);
-    app.forward.offer(Item::new("/v1/metrics", &headers, body));
+    app.forward.offer(Item::new("/v1/metrics", &headers, &body));
     answer(encoding, &ExportMetricsServiceResponse::default())
 }
 
