@@ -110,17 +110,29 @@ pub fn paint(line: &Line, lsn: u64, timestamp_ms: u64, style: &Style) -> String 
     out
 }
 
-/// `parts` in at most `room` characters all told, the last one `…` when cut.
+/// `parts` in at most `room` characters all told. The first part (a call's command) gives way
+/// first, so what follows it (`→ ok 19 ms`) stays whole; when that leaves it too little, the
+/// line is cut at its end. A cut shows `…`.
 fn fit(parts: &[(String, Tone)], room: usize) -> Vec<(String, Tone)> {
-    let total: usize = parts.iter().map(|(t, _)| t.chars().count()).sum();
+    const KEEP_FIRST: usize = 10;
+    let len = |t: &str| t.chars().count();
+    let total: usize = parts.iter().map(|(t, _)| len(t)).sum();
     if total <= room {
         return parts.to_vec();
+    }
+    let rest: usize = parts.iter().skip(1).map(|(t, _)| len(t)).sum();
+    if parts.len() > 1 && room >= rest + KEEP_FIRST {
+        let (first, tone) = &parts[0];
+        let keep: String = first.chars().take(room - rest - 1).collect();
+        let mut out = vec![(format!("{keep}…"), *tone)];
+        out.extend_from_slice(&parts[1..]);
+        return out;
     }
     let mut left = room.saturating_sub(1);
     let mut out = Vec::new();
     for (text, tone) in parts {
         let keep: String = text.chars().take(left).collect();
-        left -= keep.chars().count();
+        left -= len(&keep);
         if left == 0 {
             out.push((format!("{keep}…"), *tone));
             break;
@@ -194,7 +206,11 @@ mod tests {
         let out = paint(&line, 1, 0, &style);
         assert_eq!(out, "    1 00:00:00  you      héllo wö…");
         assert_eq!(out.chars().count(), 34);
-        // Cut inside a later part: the earlier parts stay whole.
+        // The command gives way to the outcome, which stays whole.
+        let out = paint(&bash(), 1, 0, &Style { width: 50, ..PLAIN });
+        assert_eq!(out, "    1 00:00:00  Bash     echo hi > x.…  → ok 19 ms");
+        assert_eq!(out.chars().count(), 50);
+        // Too narrow for that: cut at the end.
         let out = paint(&bash(), 1, 0, &Style { width: 40, ..PLAIN });
         assert_eq!(out, "    1 00:00:00  Bash     echo hi > x.tx…");
     }
