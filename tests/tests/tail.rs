@@ -3,10 +3,12 @@
 //! `--json` exactly the events the `read` RPC returns.
 #![cfg(unix)]
 
-use std::process::Output;
+use std::process::{Command, Output};
+use std::time::Duration;
 
-use dstream_tests::Daemon;
+use dstream_tests::serde_json;
 use dstream_tests::serde_json::{Value, json};
+use dstream_tests::{Daemon, Watched, daemon_bin};
 
 const SESSION: &str = "tail-e2e-1";
 
@@ -98,7 +100,39 @@ fn tail_prints_a_bash_call_and_its_result_in_words_and_json_unchanged() {
     let json_out = stdout(&d.cli(&["tail", SESSION, "--json"]));
     let printed: Vec<Value> = json_out
         .lines()
-        .map(|l| dstream_tests::serde_json::from_str(l).expect("a JSON line"))
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
         .collect();
     assert_eq!(printed, c.read_all(SESSION));
+}
+
+/// Following live: the call is printed when it arrives, before any result exists, and the
+/// result later as a line of its own that still names the call.
+#[test]
+fn a_followed_tail_prints_the_call_then_its_result_when_it_comes() {
+    let d = Daemon::start();
+    let mut c = d.client();
+    let ingest = |c: &mut dstream_tests::Client, kind: &str| {
+        c.ok(
+            "ingest",
+            json!({"source": "claude-code", "event": hook_event(kind)}),
+        );
+    };
+    ingest(&mut c, "UserPromptSubmit");
+    let mut tail = Watched::spawn(
+        Command::new(daemon_bin())
+            .args(["tail", SESSION, "--follow", "--color", "never", "--socket"])
+            .arg(d.socket())
+            .env("DSTREAM_AUTOSTART", "0"),
+    );
+    let wait = Duration::from_secs(20);
+    assert!(tail.next_line(wait).contains("you      write hi to x.txt"));
+    ingest(&mut c, "PreToolUse");
+    let call = tail.next_line(wait);
+    assert!(call.contains("Bash     echo hi > x.txt  …"), "{call}");
+    ingest(&mut c, "PostToolUse");
+    let result = tail.next_line(wait);
+    assert!(
+        result.contains("Bash     echo hi > x.txt  → ok 19 ms"),
+        "{result}"
+    );
 }
