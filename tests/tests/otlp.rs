@@ -441,6 +441,8 @@ fn a_claude_code_run_reports_its_cost_through_telemetry() {
 /// What the stand-in collector received: the path, the headers (names lower-case), the body.
 #[derive(Debug, Clone)]
 struct Received {
+    /// When it arrived.
+    at: std::time::Instant,
     path: String,
     headers: Vec<(String, String)>,
     body: Vec<u8>,
@@ -461,20 +463,32 @@ struct Collector {
     got: std::sync::Arc<std::sync::Mutex<Vec<Received>>>,
 }
 
+/// A collector's "yes".
+const OK: &str = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+
 impl Collector {
     fn serve(listener: std::net::TcpListener) -> Collector {
+        Collector::serve_answering(listener, Vec::new())
+    }
+
+    /// Answers the first requests with `first`, in order, then 200.
+    fn serve_answering(listener: std::net::TcpListener, first: Vec<&'static str>) -> Collector {
         let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let kept = got.clone();
+        let answers = std::sync::Arc::new(std::sync::Mutex::new(
+            first.into_iter().collect::<std::collections::VecDeque<_>>(),
+        ));
         std::thread::spawn(move || {
             for conn in listener.incoming() {
                 let Ok(conn) = conn else { continue };
                 let kept = kept.clone();
+                let answers = answers.clone();
                 std::thread::spawn(move || {
                     let mut writer = conn.try_clone().unwrap();
                     let mut reader = std::io::BufReader::new(conn);
                     while let Some(r) = read_request(&mut reader) {
                         kept.lock().unwrap().push(r);
-                        let answer = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+                        let answer = answers.lock().unwrap().pop_front().unwrap_or(OK);
                         if writer.write_all(answer.as_bytes()).is_err() {
                             break;
                         }
@@ -514,6 +528,7 @@ fn read_request(r: &mut impl std::io::BufRead) -> Option<Received> {
     let mut body = vec![0u8; len];
     r.read_exact(&mut body).ok()?;
     Some(Received {
+        at: std::time::Instant::now(),
         path,
         headers,
         body,
@@ -641,4 +656,70 @@ fn a_collector_that_is_down_costs_nothing_here_and_gets_the_request_when_it_is_b
     });
     assert_eq!(collector.received().len(), 1, "delivered once");
     assert_eq!(http_stats(&d)["forward_dropped"], 0);
+}
+
+/// A busy collector (503 with `Retry-After`) gets the request again, after the wait it asked
+/// for; one that refuses a request (400) is not asked again, and the refusal is counted.
+#[test]
+fn a_busy_collector_is_retried_and_a_refusal_is_counted_and_dropped() {
+    let socket = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = socket.local_addr().unwrap().port();
+    let collector = Collector::serve_answering(
+        socket,
+        vec![
+            "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\n\r\n",
+            OK,
+            "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n",
+        ],
+    );
+    let d = Daemon::start_with(&forwarding_config(port));
+    let l = listener(&d);
+    let head = good_head(&l, "application/x-protobuf");
+
+    let first = export(vec![api_request("fwd-3", 0, 0.1)]).encode_to_vec();
+    assert_eq!(request(&l.addr, &head, &first).0, 200);
+    let got =
+        dstream_tests::relay::wait_for("the retry after the 503", Duration::from_secs(30), || {
+            Some(collector.received()).filter(|r| r.len() == 2)
+        });
+    assert!(
+        got.iter().all(|r| r.body == first),
+        "the same request twice"
+    );
+    // Not before the second it asked for (the backoff alone would retry within 200 ms).
+    let waited = got[1].at - got[0].at;
+    assert!(waited >= Duration::from_millis(950), "{waited:?}");
+    let stats = http_stats(&d);
+    assert_eq!(
+        (&stats["forwarded"], &stats["forward_errors"]),
+        (&json!(1), &json!(1)),
+        "{stats}"
+    );
+    assert!(
+        stats["forward_last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("503")),
+        "{stats}"
+    );
+
+    // The next request is refused with 400: counted, dropped, not sent again; the one after
+    // goes through.
+    let second = export(vec![api_request("fwd-3", 1, 0.2)]).encode_to_vec();
+    assert_eq!(request(&l.addr, &head, &second).0, 200);
+    let third = export(vec![api_request("fwd-3", 2, 0.3)]).encode_to_vec();
+    assert_eq!(request(&l.addr, &head, &third).0, 200);
+    let got = dstream_tests::relay::wait_for(
+        "the request after the refused one",
+        Duration::from_secs(30),
+        || Some(collector.received()).filter(|r| r.len() == 4),
+    );
+    assert_eq!(got[2].body, second);
+    assert_eq!(got[3].body, third);
+    let stats = http_stats(&d);
+    assert_eq!(stats["forwarded"], 2, "{stats}");
+    assert_eq!(stats["forward_dropped"], 1, "{stats}");
+    assert_eq!(stats["forward_errors"], 2, "{stats}");
+    // All three are stored here whatever the collector said.
+    let mut c = d.client();
+    assert_eq!(of_type(&c.read_all("fwd-3"), "usage.request").len(), 3);
 }
