@@ -25,6 +25,7 @@ pub struct Config {
     /// `[[budgets]]`: none by default.
     #[serde(default)]
     pub budgets: Vec<crate::budget::settings::BudgetConfig>,
+    pub otlp: crate::http::settings::OtlpConfig,
     /// The file this configuration was read from, if any (hot reload reads it again).
     #[serde(skip)]
     pub file: Option<PathBuf>,
@@ -382,6 +383,9 @@ impl Config {
         }
         if let Err((i, e)) = crate::budget::settings::check_all(&self.budgets) {
             return bad(&format!("budgets[{i}]"), &e);
+        }
+        if let Err(e) = self.otlp.forward_target() {
+            return bad("otlp.forward_to", &e);
         }
         if self.daemon.max_connections == 0 {
             return bad("daemon.max_connections", "must be at least 1");

@@ -161,6 +161,7 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
     components.add(spool.clone());
     let http = crate::http::HttpListener::start(
         &config.http,
+        &config.otlp,
         &data_dir,
         pipeline.clone(),
         store.clone(),

@@ -117,8 +117,8 @@ fn append_then_tail_sessions_and_query_show_the_same_events() {
     let out = dstream(&d, &["tail", "s1", "--from", "2"], "");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("execution.tool_use") && !text.contains("user.input"),
-        "{text}"
+        text.contains("Bash") && !text.contains("you      hi"),
+        "the tool call in words, from LSN 2 only: {text}"
     );
 
     let out = dstream(&d, &["sessions", "--json"], "");

@@ -282,6 +282,32 @@ fn claude_code_user_install_is_the_default_and_uninstall_deletes_what_it_created
     assert!(said.contains("nothing to remove"), "{said}");
 }
 
+/// A user with an OTLP exporter of their own keeps it, and is told how to put dstream in front
+/// of their collector (`[otlp] forward_to`) rather than being promised it.
+#[test]
+fn a_users_own_exporter_is_left_alone_with_the_way_to_forward() {
+    let home = temp_dir();
+    let settings = home.path().join(".claude").join("settings.json");
+    let out = dstream_in(
+        &daemon_bin(),
+        home.path(),
+        &["install", "claude-code", "--user"],
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")],
+    );
+    let said = ok(&out);
+    assert!(
+        said.contains("OTEL_EXPORTER_OTLP_ENDPOINT names your own exporter"),
+        "{said}"
+    );
+    assert!(
+        said.contains("`forward_to = \"http://collector:4318\"` under [otlp]")
+            && !said.contains("planned"),
+        "{said}"
+    );
+    let installed = read_json(&settings);
+    assert!(installed.get("env").is_none(), "{installed}");
+}
+
 #[test]
 fn claude_code_local_and_core_events() {
     let home = temp_dir();

@@ -7,6 +7,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::time::Duration;
 
 use dstream_tests::Daemon;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
@@ -336,7 +337,6 @@ fn free_port() -> u16 {
 fn a_claude_code_run_reports_its_cost_through_telemetry() {
     use dstream_tests::agents::{self, AgentEnv};
     use dstream_tests::mock_model::{MockModel, Reply, Script};
-    use std::time::Duration;
 
     let paths = agents::ensure_installed();
     let port = free_port();
@@ -549,4 +549,292 @@ fn doctor_names_the_listener_or_why_it_is_off() {
         detail.contains(&format!("127.0.0.1:{port}")) && detail.contains("but off"),
         "{check}"
     );
+}
+
+// ---- [otlp] forward_to: the user's own collector ----
+
+/// What the stand-in collector received: the path, the headers (names lower-case), the body.
+#[derive(Debug, Clone)]
+struct Received {
+    /// When it arrived.
+    at: std::time::Instant,
+    path: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Received {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// The user's own OTLP/HTTP collector: a plain HTTP/1.1 server on loopback that keeps every
+/// request and answers 200 (keep-alive, as collectors do).
+struct Collector {
+    got: std::sync::Arc<std::sync::Mutex<Vec<Received>>>,
+}
+
+/// A collector's "yes".
+const OK: &str = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+
+impl Collector {
+    fn serve(listener: std::net::TcpListener) -> Collector {
+        Collector::serve_answering(listener, Vec::new())
+    }
+
+    /// Answers the first requests with `first`, in order, then 200.
+    fn serve_answering(listener: std::net::TcpListener, first: Vec<&'static str>) -> Collector {
+        let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = got.clone();
+        let answers = std::sync::Arc::new(std::sync::Mutex::new(
+            first.into_iter().collect::<std::collections::VecDeque<_>>(),
+        ));
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { continue };
+                let kept = kept.clone();
+                let answers = answers.clone();
+                std::thread::spawn(move || {
+                    let mut writer = conn.try_clone().unwrap();
+                    let mut reader = std::io::BufReader::new(conn);
+                    while let Some(r) = read_request(&mut reader) {
+                        kept.lock().unwrap().push(r);
+                        let answer = answers.lock().unwrap().pop_front().unwrap_or(OK);
+                        if writer.write_all(answer.as_bytes()).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        Collector { got }
+    }
+
+    fn received(&self) -> Vec<Received> {
+        self.got.lock().unwrap().clone()
+    }
+}
+
+/// One request off a connection, or none at its end.
+fn read_request(r: &mut impl std::io::BufRead) -> Option<Received> {
+    let mut line = String::new();
+    r.read_line(&mut line).ok().filter(|n| *n > 0)?;
+    let path = line.split(' ').nth(1)?.to_string();
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        r.read_line(&mut h).ok().filter(|n| *n > 0)?;
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        let (k, v) = h.split_once(':')?;
+        headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+    }
+    let len: usize = headers
+        .iter()
+        .find(|(k, _)| k == "content-length")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).ok()?;
+    Some(Received {
+        at: std::time::Instant::now(),
+        path,
+        headers,
+        body,
+    })
+}
+
+fn forwarding_config(port: u16) -> String {
+    format!(
+        "{CONFIG}\n[otlp]\nforward_to = \"http://127.0.0.1:{port}/\"\nforward_headers = {{ X-Collector-Token = \"abc\" }}\n"
+    )
+}
+
+fn http_stats(d: &Daemon) -> Value {
+    d.client().ok("stats", json!({}))["http"].clone()
+}
+
+#[test]
+fn accepted_requests_reach_the_users_collector_unchanged() {
+    let socket = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = socket.local_addr().unwrap().port();
+    let collector = Collector::serve(socket);
+    let d = Daemon::start_with(&forwarding_config(port));
+    let l = listener(&d);
+
+    // Protobuf, gzip: the collector gets the very bytes, type and encoding.
+    let sent = gzip(&export(vec![api_request("fwd-1", 0, 0.0123)]).encode_to_vec());
+    let mut head = good_head(&l, "application/x-protobuf");
+    head.push(("Content-Encoding", "gzip".into()));
+    let (status, answer) = request(&l.addr, &head, &sent);
+    assert_eq!(status, 200, "{answer}");
+    // Stored here as ever.
+    let mut c = d.client();
+    assert_eq!(of_type(&c.read_all("fwd-1"), "usage.request").len(), 1);
+    let got = dstream_tests::relay::wait_for(
+        "the collector to get the request",
+        Duration::from_secs(30),
+        || Some(collector.received()).filter(|r| !r.is_empty()),
+    );
+    assert_eq!(got.len(), 1, "{got:?}");
+    let r = &got[0];
+    assert_eq!(r.path, "/v1/logs");
+    assert_eq!(r.body, sent, "the same body bytes");
+    assert_eq!(r.header("content-type"), Some("application/x-protobuf"));
+    assert_eq!(r.header("content-encoding"), Some("gzip"));
+    assert_eq!(r.header("x-collector-token"), Some("abc"));
+    assert_eq!(
+        r.header("authorization"),
+        None,
+        "dstream's own token stays here"
+    );
+
+    // JSON to the metrics path: forwarded as it came too.
+    let metrics = br#"{"resourceMetrics":[]}"#;
+    let mut s = TcpStream::connect(&l.addr).unwrap();
+    let req = format!(
+        "POST /v1/metrics HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        l.addr,
+        l.token,
+        metrics.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    s.write_all(metrics).unwrap();
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let got =
+        dstream_tests::relay::wait_for("the metrics request", Duration::from_secs(30), || {
+            Some(collector.received()).filter(|r| r.len() == 2)
+        });
+    assert_eq!(got[1].path, "/v1/metrics");
+    assert_eq!(got[1].body, metrics);
+    assert_eq!(got[1].header("content-type"), Some("application/json"));
+
+    let stats = http_stats(&d);
+    assert_eq!(stats["forwarded"], 2, "{stats}");
+    assert_eq!(
+        stats["forward_to"],
+        format!("http://127.0.0.1:{port}"),
+        "{stats}"
+    );
+    assert_eq!(stats["forward_errors"], 0, "{stats}");
+
+    // A refused request is not forwarded.
+    let (status, _) = request(&l.addr, &good_head(&l, "text/plain"), b"x");
+    assert_eq!(status, 415);
+    assert_eq!(http_stats(&d)["forwarded"], 2);
+    assert_eq!(collector.received().len(), 2);
+}
+
+#[test]
+fn a_collector_that_is_down_costs_nothing_here_and_gets_the_request_when_it_is_back() {
+    let port = free_port();
+    let d = Daemon::start_with(&forwarding_config(port));
+    let l = listener(&d);
+    let sent = export(vec![api_request("fwd-2", 0, 0.5)]).encode_to_vec();
+    let (status, answer) = request(&l.addr, &good_head(&l, "application/x-protobuf"), &sent);
+    assert_eq!(
+        status, 200,
+        "the local store does not wait for the collector: {answer}"
+    );
+    let mut c = d.client();
+    assert_eq!(of_type(&c.read_all("fwd-2"), "usage.request").len(), 1);
+    let stats = dstream_tests::relay::wait_for(
+        "failed attempts to be counted",
+        Duration::from_secs(30),
+        || Some(http_stats(&d)).filter(|s| s["forward_errors"].as_u64() >= Some(2)),
+    );
+    assert_eq!(stats["forwarded"], 0, "{stats}");
+    assert!(
+        stats["forward_last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains(&format!("127.0.0.1:{port}"))),
+        "{stats}"
+    );
+
+    // The collector comes up: the retry delivers the request, once.
+    let collector = Collector::serve(std::net::TcpListener::bind(("127.0.0.1", port)).unwrap());
+    let got =
+        dstream_tests::relay::wait_for("the retried request", Duration::from_secs(60), || {
+            Some(collector.received()).filter(|r| !r.is_empty())
+        });
+    assert_eq!(got[0].body, sent);
+    dstream_tests::relay::wait_for("forwarded = 1", Duration::from_secs(10), || {
+        (http_stats(&d)["forwarded"] == 1).then_some(())
+    });
+    assert_eq!(collector.received().len(), 1, "delivered once");
+    assert_eq!(http_stats(&d)["forward_dropped"], 0);
+}
+
+/// A busy collector (503 with `Retry-After`) gets the request again, after the wait it asked
+/// for; one that refuses a request (400) is not asked again, and the refusal is counted.
+#[test]
+fn a_busy_collector_is_retried_and_a_refusal_is_counted_and_dropped() {
+    let socket = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = socket.local_addr().unwrap().port();
+    let collector = Collector::serve_answering(
+        socket,
+        vec![
+            "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\n\r\n",
+            OK,
+            "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n",
+        ],
+    );
+    let d = Daemon::start_with(&forwarding_config(port));
+    let l = listener(&d);
+    let head = good_head(&l, "application/x-protobuf");
+
+    let first = export(vec![api_request("fwd-3", 0, 0.1)]).encode_to_vec();
+    assert_eq!(request(&l.addr, &head, &first).0, 200);
+    let got =
+        dstream_tests::relay::wait_for("the retry after the 503", Duration::from_secs(30), || {
+            Some(collector.received()).filter(|r| r.len() == 2)
+        });
+    assert!(
+        got.iter().all(|r| r.body == first),
+        "the same request twice"
+    );
+    // Not before the second it asked for (the backoff alone would retry within 200 ms).
+    let waited = got[1].at - got[0].at;
+    assert!(waited >= Duration::from_millis(950), "{waited:?}");
+    let stats = http_stats(&d);
+    assert_eq!(
+        (&stats["forwarded"], &stats["forward_errors"]),
+        (&json!(1), &json!(1)),
+        "{stats}"
+    );
+    assert!(
+        stats["forward_last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("503")),
+        "{stats}"
+    );
+
+    // The next request is refused with 400: counted, dropped, not sent again; the one after
+    // goes through.
+    let second = export(vec![api_request("fwd-3", 1, 0.2)]).encode_to_vec();
+    assert_eq!(request(&l.addr, &head, &second).0, 200);
+    let third = export(vec![api_request("fwd-3", 2, 0.3)]).encode_to_vec();
+    assert_eq!(request(&l.addr, &head, &third).0, 200);
+    let got = dstream_tests::relay::wait_for(
+        "the request after the refused one",
+        Duration::from_secs(30),
+        || Some(collector.received()).filter(|r| r.len() == 4),
+    );
+    assert_eq!(got[2].body, second);
+    assert_eq!(got[3].body, third);
+    let stats = http_stats(&d);
+    assert_eq!(stats["forwarded"], 2, "{stats}");
+    assert_eq!(stats["forward_dropped"], 1, "{stats}");
+    assert_eq!(stats["forward_errors"], 2, "{stats}");
+    // All three are stored here whatever the collector said.
+    let mut c = d.client();
+    assert_eq!(of_type(&c.read_all("fwd-3"), "usage.request").len(), 3);
 }

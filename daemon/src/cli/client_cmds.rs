@@ -14,8 +14,9 @@ use dstream_sdk::{Event, NewEvent, SubscriptionItem};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 
-use super::client::{ClientOpts, connect, print_json, runtime};
-use super::output;
+use crate::cli::client::{ClientOpts, connect, print_json, runtime};
+use crate::cli::output;
+use crate::cli::tail_view::{ColorChoice, TailView};
 
 /// Appends in flight at once for `dstream append`.
 const APPEND_WINDOW: usize = 256;
@@ -174,8 +175,23 @@ pub struct TailArgs {
     /// Keep printing new events as they are appended.
     #[arg(long, short = 'f')]
     follow: bool,
+    /// Colours: on a terminal unless NO_COLOR is set (auto), always, or never.
+    #[arg(long, value_enum, default_value = "auto")]
+    color: ColorChoice,
     #[command(flatten)]
     opts: ClientOpts,
+}
+
+/// A tail's events as JSON lines (unchanged), or in words through the tail view.
+fn print_tailed(e: &Event, view: &mut Option<TailView>) -> anyhow::Result<()> {
+    match view {
+        None => print_json(e),
+        Some(v) => {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{}", v.line(e))?;
+            Ok(())
+        }
+    }
 }
 
 fn print_event(e: &Event, json: bool, with_session: bool) -> anyhow::Result<()> {
@@ -190,12 +206,13 @@ fn print_event(e: &Event, json: bool, with_session: bool) -> anyhow::Result<()> 
 pub fn tail(args: TailArgs) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
         let client = connect(&args.opts).await?;
+        let mut view = (!args.opts.json).then(|| TailView::for_stdout(args.color));
         if !args.follow {
             let mut from = args.from;
             loop {
                 let page = client.read(&args.session, from, None).await?;
                 for e in &page.events {
-                    print_event(e, args.opts.json, false)?;
+                    print_tailed(e, &mut view)?;
                 }
                 from = page.next_lsn;
                 if page.up_to_date {
@@ -206,7 +223,7 @@ pub fn tail(args: TailArgs) -> anyhow::Result<ExitCode> {
         let mut sub = client.subscribe(&args.session, args.from).await?;
         while let Some(item) = sub.next().await {
             match item? {
-                SubscriptionItem::Event(e) => print_event(&e, args.opts.json, false)?,
+                SubscriptionItem::Event(e) => print_tailed(&e, &mut view)?,
                 SubscriptionItem::Lagged { last_sent_lsn } => tracing_note(&format!(
                     "fell behind after lsn {last_sent_lsn}; catching up from disk"
                 )),

@@ -15,6 +15,7 @@ mod plugins_cmd;
 mod relay_cmd;
 mod service;
 mod start;
+mod tail_view;
 mod usage_cmd;
 
 use std::path::PathBuf;

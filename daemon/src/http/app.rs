@@ -1,10 +1,12 @@
 //! What the listener's handlers share: the pipeline records go into, the token and origins
-//! the guard checks, the body bound, and the counters `stats` shows.
+//! the guard checks, the body bound, the forwarder to the user's collector, and the counters
+//! `stats` shows (the forwarder keeps its own).
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use crate::checkpoint::Checkpoints;
+use crate::http::forward::Forwarder;
 use crate::hub::Hub;
 use crate::pipeline::Pipeline;
 use crate::store::Store;
@@ -21,6 +23,7 @@ pub struct App {
     pub allowed_origins: Vec<String>,
     pub max_body_bytes: usize,
     pub stats: Arc<HttpStats>,
+    pub forward: Arc<Forwarder>,
 }
 
 /// Counters for `dstream stats`.

@@ -1,4 +1,5 @@
-//! The daemon's one HTTP listener, on loopback only: the OTLP receiver (`otlp`), Durable
+//! The daemon's one HTTP listener, on loopback only: the OTLP receiver (`otlp`), which relays
+//! what it accepts to the user's own collector (`forward`, `[otlp] forward_to`), Durable
 //! Streams reads of local sessions (`streams`) and Claude Code's HTTP hooks (`hooks`); the web
 //! view later. Every request passes `guard` (loopback `Host`, no
 //! foreign `Origin`, the bearer token of `token`); bodies are bounded by `[http]
@@ -7,6 +8,7 @@
 //! says the listener is off.
 
 pub mod app;
+pub mod forward;
 pub mod guard;
 pub mod hooks;
 pub mod otlp;
@@ -26,17 +28,21 @@ use tokio::sync::watch;
 
 use crate::checkpoint::Checkpoints;
 use crate::component::{Component, Stopping};
+use crate::config::Config;
+use crate::http::app::{App, HttpStats};
+use crate::http::forward::Forwarder;
+use crate::http::settings::{HttpConfig, Listen, OtlpConfig};
 use crate::hub::Hub;
 use crate::pipeline::Pipeline;
 use crate::store::Store;
-use app::{App, HttpStats};
-use settings::{HttpConfig, Listen};
 
 /// The running listener (a component: stopped with the daemon).
 pub struct HttpListener {
     /// Where it listens, or why it does not.
     pub state: Result<SocketAddr, String>,
     pub stats: Arc<HttpStats>,
+    /// Relays accepted requests to `[otlp] forward_to`; none while the listener is off.
+    forward: Option<Arc<Forwarder>>,
     stop: watch::Sender<bool>,
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -47,6 +53,7 @@ impl HttpListener {
         Arc::new(HttpListener {
             state: Err(why),
             stats: Arc::default(),
+            forward: None,
             stop: watch::channel(false).0,
             task: Mutex::new(None),
         })
@@ -56,6 +63,7 @@ impl HttpListener {
     /// docs).
     pub async fn start(
         config: &HttpConfig,
+        otlp: &OtlpConfig,
         data_dir: &Path,
         pipeline: Arc<Pipeline>,
         store: Store,
@@ -83,6 +91,8 @@ impl HttpListener {
         };
         let bound = listener.local_addr().unwrap_or(addr);
         let stats = Arc::new(HttpStats::default());
+        // Checked with the configuration; a target that fails here forwards nothing.
+        let forward = Forwarder::start(otlp.forward_target().ok().flatten());
         let (stop, mut stopped) = watch::channel(false);
         let app = Arc::new(App {
             pipeline,
@@ -93,6 +103,7 @@ impl HttpListener {
             allowed_origins: config.allowed_origins.clone(),
             max_body_bytes: config.max_body_bytes,
             stats: stats.clone(),
+            forward: forward.clone(),
         });
         let router = Router::new()
             .route("/v1/logs", post(otlp::logs))
@@ -129,6 +140,7 @@ impl HttpListener {
         Arc::new(HttpListener {
             state: Ok(bound),
             stats,
+            forward: Some(forward),
             stop,
             task: Mutex::new(Some(task)),
         })
@@ -139,12 +151,19 @@ impl HttpListener {
     /// Where it listens and what it received, for `stats`.
     pub fn stats(&self) -> dstream_sdk::protocol::HttpStats {
         let r = std::sync::atomic::Ordering::Relaxed;
+        let f = self.forward.as_deref();
         dstream_sdk::protocol::HttpStats {
             listen: self.state.as_ref().ok().map(|a| a.to_string()),
             off: self.state.as_ref().err().cloned(),
             otlp_records: self.stats.otlp_records.load(r),
             otlp_metric_points: self.stats.otlp_metric_points.load(r),
             refused: self.stats.refused.load(r),
+            forward_to: f.and_then(|f| f.target()),
+            forwarded: f.map_or(0, |f| f.stats.forwarded.load(r)),
+            forward_dropped: f.map_or(0, |f| f.stats.dropped.load(r)),
+            forward_errors: f.map_or(0, |f| f.stats.errors.load(r)),
+            forward_queued_bytes: f.map_or(0, |f| f.queued_bytes()),
+            forward_last_error: f.and_then(|f| f.stats.last_error.lock().unwrap().clone()),
         }
     }
 }
@@ -154,9 +173,19 @@ impl Component for HttpListener {
         "http"
     }
 
+    /// `[otlp] forward_to` and its headers take effect at once; `[http]` at the next start.
+    fn reconfigure(&self, config: &Config) {
+        if let Some(f) = &self.forward {
+            f.set_target(config.otlp.forward_target().ok().flatten());
+        }
+    }
+
     fn stop(&self) -> Stopping<'_> {
         Box::pin(async move {
             let _ = self.stop.send(true);
+            if let Some(f) = &self.forward {
+                f.stop();
+            }
             let task = self.task.lock().unwrap().take();
             if let Some(t) = task {
                 // In-flight requests finish (their events are stored) before the pipeline stops.

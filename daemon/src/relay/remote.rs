@@ -554,7 +554,7 @@ fn header_u64(h: &HeaderMap, name: &str) -> Option<u64> {
 /// `Retry-After` in seconds (the HTTP-date form is rare for APIs and read as absent); the
 /// stream caps it at `relay.retry_max_ms`.
 fn retry_after(h: &HeaderMap) -> Option<Duration> {
-    header_u64(h, "retry-after").map(|s| Duration::from_secs(s.min(3600)))
+    header(h, "retry-after").and_then(crate::util::backoff::retry_after)
 }
 
 /// "401 Unauthorized: <start of the body>", with a hint where one helps. Only the first

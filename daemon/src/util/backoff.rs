@@ -51,6 +51,13 @@ impl Backoff {
     }
 }
 
+/// A `Retry-After` header's value in seconds (the HTTP-date form is rare for APIs and read as
+/// absent), at most an hour; callers cap it further through [`Backoff::next_delay`].
+pub fn retry_after(value: &str) -> Option<Duration> {
+    let secs: u64 = value.trim().parse().ok()?;
+    Some(Duration::from_secs(secs.min(3600)))
+}
+
 /// 0..1000, from the OS-seeded generator `ulid` already carries.
 fn jitter_per_mille() -> u32 {
     (ulid::Ulid::new().random() % 1000) as u32

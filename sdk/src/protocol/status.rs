@@ -66,6 +66,22 @@ pub struct HttpStats {
     pub otlp_metric_points: u64,
     /// Requests refused for their Host, Origin or token.
     pub refused: u64,
+    /// `[otlp] forward_to`, when requests are forwarded there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward_to: Option<String>,
+    /// Requests delivered to it; dropped (its queue full, or refused by it); failed attempts
+    /// (each retry counts), and the last failure.
+    #[serde(default)]
+    pub forwarded: u64,
+    #[serde(default)]
+    pub forward_dropped: u64,
+    #[serde(default)]
+    pub forward_errors: u64,
+    /// Body bytes waiting to be forwarded (at most 8 MiB).
+    #[serde(default)]
+    pub forward_queued_bytes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward_last_error: Option<String>,
 }
 
 /// The spool, in `stats`.

@@ -108,9 +108,26 @@ pub fn install(
                 t.endpoint
             )),
             Added::AlreadyThere => None,
-            Added::UsersOwn(key) => Some(format!(
-                "  telemetry: left alone, {key} names your own exporter; to send dstream the usage too, see \"Telemetry\" in dstream's README ([otlp] forwarding is planned)"
-            )),
+            Added::UsersOwn(key) => {
+                // Their endpoint, when the key names one, to copy into forward_to.
+                let theirs = doc
+                    .get("env")
+                    .and_then(|e| e.get(&key))
+                    .and_then(|v| v.as_str().map(|s| s.into_owned()))
+                    .or_else(|| std::env::var(&key).ok())
+                    .filter(|v| v.starts_with("http://") || v.starts_with("https://"))
+                    .unwrap_or_else(|| "<your collector's OTLP/HTTP base URL>".into());
+                Some(format!(
+                    "  telemetry: left alone, {key} names your own exporter. To have dstream \
+                     record usage and cost too, and your collector still get everything: set \
+                     `forward_to = \"{theirs}\"` under [otlp] in dstream's config.toml (and \
+                     `forward_headers` if it wants a token); dstream then relays every request \
+                     it receives there unchanged. Then take your OTEL_* exporter settings out \
+                     of Claude Code's env (and the environment) and run this install again, \
+                     which points Claude Code at dstream ({})",
+                    t.endpoint
+                ))
+            }
         },
         Err(why) => Some(format!("  telemetry: not set ({why})")),
     };

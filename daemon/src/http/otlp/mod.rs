@@ -3,8 +3,9 @@
 //! built-in `claude-code-otel` mapping turns into events of the session their `session.id`
 //! names (`usage.request`, `execution.permission`, `session.error`, …); the answer waits until
 //! they are stored, so an exporter that got 200 can forget them. Metrics are decoded and
-//! counted, not stored: the same figures come as log records. The jobs: reading a body
-//! (`body`), OTLP records as plain JSON (`records`).
+//! counted, not stored: the same figures come as log records. An accepted request (logs once
+//! stored, metrics once decoded) is offered to the forwarder (`crate::http::forward`) as it
+//! came. The jobs: reading a body (`body`), OTLP records as plain JSON (`records`).
 
 mod body;
 mod records;
@@ -24,6 +25,7 @@ use opentelemetry_proto::tonic::collector::metrics::v1::{
 use prost::Message;
 
 use crate::http::app::App;
+use crate::http::forward::Item;
 use crate::pipeline::{Ingest, IngestError};
 use body::Encoding;
 
@@ -33,7 +35,8 @@ pub const SOURCE: &str = "otlp";
 const CLIENT: u64 = u64::MAX - 1;
 
 pub async fn logs(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
-    let (encoding, request) = match parse::<ExportLogsServiceRequest>(&app, &headers, body) {
+    let (encoding, request) = match parse::<ExportLogsServiceRequest>(&app, &headers, body.clone())
+    {
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
@@ -44,18 +47,21 @@ pub async fn logs(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) 
     if let Err(why) = store(&app, records).await {
         return (StatusCode::SERVICE_UNAVAILABLE, why).into_response();
     }
+    app.forward.offer(Item::new("/v1/logs", &headers, &body));
     answer(encoding, &ExportLogsServiceResponse::default())
 }
 
 pub async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
-    let (encoding, request) = match parse::<ExportMetricsServiceRequest>(&app, &headers, body) {
-        Ok(r) => r,
-        Err(e) => return e.into_response(),
-    };
+    let (encoding, request) =
+        match parse::<ExportMetricsServiceRequest>(&app, &headers, body.clone()) {
+            Ok(r) => r,
+            Err(e) => return e.into_response(),
+        };
     let points = records::metric_points(&request);
     app.stats
         .otlp_metric_points
         .fetch_add(points, std::sync::atomic::Ordering::Relaxed);
+    app.forward.offer(Item::new("/v1/metrics", &headers, &body));
     answer(encoding, &ExportMetricsServiceResponse::default())
 }
 
