@@ -1,6 +1,7 @@
 //! Claude Code's `http` hooks against the daemon's `POST /hooks/claude-code`: the real Claude
-//! Code, its hooks configured as `type: "http"` with the token from an environment variable it
-//! is allowed to read, runs Bash calls against the mock model. The events are stored as the
+//! Code, installed with `dstream install claude-code --user --http` (hooks of `type: "http"`
+//! with the token from an environment variable it is allowed to read; SessionStart keeps the
+//! command hook), runs Bash calls against the mock model. The events are stored as the
 //! command hook stores them; a call the policy denies does not run; a held call waits in the
 //! HTTP response until a person approves, then runs.
 #![cfg(unix)]
@@ -13,10 +14,7 @@ use dstream_tests::relay::wait_for;
 use dstream_tests::{Client, Daemon, daemon_bin, run_detached};
 use serde_json::{Value, json};
 
-const CONFIG: &str = r#"
-[http]
-listen = "0"
-
+const POLICY: &str = r#"
 [checkpoints]
 default_timeout_ms = 120000
 
@@ -31,35 +29,43 @@ input = "echo held*"
 action = "ask"
 "#;
 
-const EVENTS: &[&str] = &[
-    "SessionStart",
-    "UserPromptSubmit",
-    "PreToolUse",
-    "PostToolUse",
-    "Stop",
-    "SessionEnd",
-];
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
 
-/// Claude Code's user settings with dstream's hooks as `http` hooks to the listener at `addr`.
-fn write_http_hooks(env: &AgentEnv, addr: &str) {
-    let handler = json!({
-        "type": "http",
-        "url": format!("http://{addr}/hooks/claude-code"),
-        "headers": {"Authorization": "Bearer $DSTREAM_HTTP_TOKEN"},
-        "allowedEnvVars": ["DSTREAM_HTTP_TOKEN"],
-        "timeout": 600,
-    });
-    let hooks: serde_json::Map<String, Value> = EVENTS
-        .iter()
-        .map(|e| (e.to_string(), json!([{"hooks": [handler.clone()]}])))
-        .collect();
-    let dir = env.home.join(".claude");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("settings.json"),
-        serde_json::to_vec_pretty(&json!({"hooks": hooks})).unwrap(),
-    )
-    .unwrap();
+/// A daemon whose listener is on a fixed port (as `install --http` needs), with `POLICY`.
+fn daemon() -> Daemon {
+    Daemon::start_with(&format!(
+        "[http]\nlisten = \"127.0.0.1:{}\"\n{POLICY}",
+        free_port()
+    ))
+}
+
+/// `dstream install claude-code --user --http` in the agent's home, for daemon `d`.
+fn install_http_hooks(env: &AgentEnv, d: &Daemon) -> Value {
+    let out = env
+        .command(daemon_bin())
+        .args([
+            "install",
+            "claude-code",
+            "--user",
+            "--http",
+            "--no-telemetry",
+        ])
+        .env("DSTREAM_CONFIG", d.config_path().unwrap())
+        .env("DSTREAM_DATA_DIR", d.data_dir())
+        .env("DSTREAM_SOCKET", d.socket())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("fails open"), "{said}");
+    let settings = std::fs::read(env.home.join(".claude/settings.json")).unwrap();
+    serde_json::from_slice(&settings).unwrap()
 }
 
 fn listener(d: &Daemon) -> (String, String) {
@@ -75,12 +81,13 @@ fn listener(d: &Daemon) -> (String, String) {
 fn run_bash(
     paths: &agents::AgentPaths,
     env: &AgentEnv,
-    token: &str,
+    d: &Daemon,
     command: &str,
 ) -> std::thread::JoinHandle<RunOutput> {
     let mock = MockModel::anthropic(Script::tool_then_text(Reply::bash(command), "Done."));
     let mut cmd = agents::claude_command(paths, env, &mock, "Run the command", &[]);
-    cmd.env("DSTREAM_HTTP_TOKEN", token);
+    // For the SessionStart command hook.
+    cmd.envs(dstream_tests::client_env(d.socket()));
     agents::spawn_run(cmd, mock)
 }
 
@@ -105,14 +112,26 @@ fn bash_commands(events: &[Value], kind: &str) -> Vec<String> {
 #[test]
 fn claude_code_http_hooks_store_deny_and_hold_like_the_command_hook() {
     let paths = agents::ensure_installed();
-    let d = Daemon::start_with(CONFIG);
+    let d = daemon();
     let (addr, token) = listener(&d);
     let env = AgentEnv::new();
-    write_http_hooks(&env, &addr);
+    let settings = install_http_hooks(&env, &d);
+    let pre = &settings["hooks"]["PreToolUse"][0]["hooks"][0];
+    assert_eq!(pre["type"], "http", "{settings}");
+    assert_eq!(pre["url"], format!("http://{addr}/hooks/claude-code"));
+    assert_eq!(settings["env"]["DSTREAM_HTTP_TOKEN"], token.as_str());
+    assert!(
+        !pre.to_string().contains(&token),
+        "the hook names the variable, not the secret"
+    );
+    assert_eq!(
+        settings["hooks"]["SessionStart"][0]["hooks"][0]["type"],
+        "command"
+    );
     let mut c = d.client();
 
     // A call that runs: request and result stored, joined, from the HTTP hook.
-    run_bash(&paths, &env, &token, "echo hi > x.txt")
+    run_bash(&paths, &env, &d, "echo hi > x.txt")
         .join()
         .unwrap()
         .assert_success("claude with http hooks");
@@ -127,8 +146,12 @@ fn claude_code_http_hooks_store_deny_and_hold_like_the_command_hook() {
         bash_commands(&events, "execution.tool_use"),
         ["echo hi > x.txt"]
     );
-    // (Claude Code 2.1.330 runs no `http` hook for SessionStart: only command hooks there.)
-    for t in ["user.input", "lifecycle.session.ended"] {
+    // SessionStart through its command hook (Claude Code runs no `http` hook there).
+    for t in [
+        "lifecycle.session.created",
+        "user.input",
+        "lifecycle.session.ended",
+    ] {
         assert!(
             events.iter().any(|e| e["type"] == t),
             "no {t}: {:?}",
@@ -137,7 +160,7 @@ fn claude_code_http_hooks_store_deny_and_hold_like_the_command_hook() {
     }
 
     // A call the policy denies does not run.
-    run_bash(&paths, &env, &token, "rm x.txt")
+    run_bash(&paths, &env, &d, "rm x.txt")
         .join()
         .unwrap()
         .assert_success("claude, denied call");
@@ -153,7 +176,7 @@ fn claude_code_http_hooks_store_deny_and_hold_like_the_command_hook() {
     );
 
     // A held call waits in the HTTP response until a person approves it.
-    let held = run_bash(&paths, &env, &token, "echo held > held.txt");
+    let held = run_bash(&paths, &env, &d, "echo held > held.txt");
     let pending = wait_for("the held call", Duration::from_secs(90), || {
         assert!(!held.is_finished(), "the run ended without waiting");
         let list = c.ok("checkpoint.list", json!({"state": "pending"}));
@@ -185,11 +208,42 @@ fn claude_code_http_hooks_store_deny_and_hold_like_the_command_hook() {
             .any(|e| e["type"] == "checkpoint.delivered"),
         "the decision's delivery is recorded"
     );
+
+    // `dstream doctor` finds the hooks posting where the daemon listens; `uninstall` takes
+    // the hooks and the token back out.
+    let out = env
+        .command(daemon_bin())
+        .args(["doctor", "--json"])
+        .env("DSTREAM_CONFIG", d.config_path().unwrap())
+        .env("DSTREAM_DATA_DIR", d.data_dir())
+        .env("DSTREAM_SOCKET", d.socket())
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let hooks = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "claude_code.hooks")
+        .cloned()
+        .unwrap();
+    assert_eq!(hooks["status"], "ok", "{hooks}");
+    let out = env
+        .command(daemon_bin())
+        .args(["uninstall", "claude-code", "--user"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        !env.home.join(".claude/settings.json").exists(),
+        "nothing of the user's was in it: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 #[test]
 fn a_hook_without_the_token_or_with_a_broken_body_is_refused() {
-    let d = Daemon::start_with(CONFIG);
+    let d = daemon();
     let (addr, token) = listener(&d);
     let event = dstream_tests::claude_pre_tool_use("h1", "toolu_1", "ls");
     let body = serde_json::to_vec(&event).unwrap();

@@ -74,6 +74,11 @@ pub struct InstallArgs {
     /// exporter at dstream, for usage and cost).
     #[arg(long)]
     no_telemetry: bool,
+    /// Claude Code, for the user: `http` hooks that POST to the daemon's listener (no process
+    /// per event) instead of running `dstream hook`. They fail open while the daemon is down
+    /// and cannot start it, so the command hook stays the default.
+    #[arg(long)]
+    http: bool,
 }
 
 const INSTALL_HELP: &str = "\
@@ -124,6 +129,28 @@ fn telemetry_for(args: &InstallArgs) -> Result<claude_telemetry::Telemetry, Stri
     claude_telemetry::of(&config)
 }
 
+/// Where `--http` hooks post, and the token they send: the listener of the configuration a
+/// daemon would run with, which must name a fixed loopback port.
+fn http_hooks(target: &Target) -> anyhow::Result<claude_code::HttpHooks> {
+    if target.project.is_some() {
+        // The token goes in the `env` block next to the hooks, and a project's file is shared.
+        bail!("--http installs for the user only (`~/.claude/settings.json` holds the token)");
+    }
+    let config = dstream_daemon::Config::resolve(&dstream_daemon::config::DaemonFlags::default())?;
+    let addr = match config.http.listen() {
+        Ok(dstream_daemon::http::settings::Listen::At(a)) if a.port() != 0 => a,
+        _ => bail!(
+            "--http needs the daemon's HTTP listener on a fixed port: [http] listen is {:?}",
+            config.http.listen
+        ),
+    };
+    let token = dstream_daemon::http::token::load_or_create(&config.data_dir())?;
+    Ok(claude_code::HttpHooks {
+        base: format!("http://{addr}"),
+        token,
+    })
+}
+
 /// OpenCode's plugin folder for the target.
 fn opencode_plugins(target: &Target) -> anyhow::Result<PathBuf> {
     if target.local {
@@ -137,11 +164,24 @@ pub fn install(args: InstallArgs) -> anyhow::Result<ExitCode> {
         Agent::ClaudeCode => {
             let events = claude_events::chosen_events(&args.events)?;
             let telemetry = telemetry_for(&args);
-            claude_code::install(&claude_settings(&args.target), &events, telemetry)
+            let http = if args.http {
+                Some(http_hooks(&args.target)?)
+            } else {
+                None
+            };
+            claude_code::install(
+                &claude_settings(&args.target),
+                &events,
+                telemetry,
+                http.as_ref(),
+            )
         }
         Agent::Opencode => {
             if !args.events.is_empty() {
                 bail!("--events is for Claude Code only");
+            }
+            if args.http {
+                bail!("--http is for Claude Code only");
             }
             opencode::install(&opencode_plugins(&args.target)?)
         }

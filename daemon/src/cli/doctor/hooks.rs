@@ -53,7 +53,7 @@ fn managed_settings() -> PathBuf {
     }
 }
 
-pub fn check(_cx: &Context) -> Vec<Check> {
+pub fn check(cx: &Context) -> Vec<Check> {
     let scopes = claude_scopes();
     let mut out = Vec::new();
     let mut docs = Vec::new();
@@ -69,14 +69,14 @@ pub fn check(_cx: &Context) -> Vec<Check> {
             )),
         }
     }
-    out.extend(claude_hooks(&docs));
+    out.extend(claude_hooks(&docs, &cx.config));
     out.extend(hooks_disabled(&docs));
     out.push(opencode_plugin());
     out
 }
 
 /// Check 4 for Claude Code: where dstream's hooks are, and whether they can run.
-fn claude_hooks(docs: &[(&Scope, Json)]) -> Vec<Check> {
+fn claude_hooks(docs: &[(&Scope, Json)], config: &dstream_daemon::Config) -> Vec<Check> {
     const NAME: &str = "claude_code.hooks";
     let mut out = Vec::new();
     let mut versions = BTreeMap::new();
@@ -91,6 +91,17 @@ fn claude_hooks(docs: &[(&Scope, Json)]) -> Vec<Check> {
         exes.sort();
         exes.dedup();
         for exe in exes {
+            // An `http` hook: it must post where the daemon listens.
+            if exe.starts_with("http://") {
+                if let Some(why) = http_hook_problem(exe, config) {
+                    bad.push(Check::fail(
+                        NAME,
+                        format!("{shown}: the http hooks post to {exe}, but {why}"),
+                        format!("{} --http", scope.install),
+                    ));
+                }
+                continue;
+            }
             let verdict = versions
                 .entry(exe.to_string())
                 .or_insert_with(|| hook_binary(exe));
@@ -325,4 +336,20 @@ fn opencode_plugin() -> Check {
             "dstream install opencode",
         )
     })
+}
+
+/// Why an `http` hook posting to `url` cannot reach the daemon `config` describes, if it
+/// cannot.
+fn http_hook_problem(url: &str, config: &dstream_daemon::Config) -> Option<String> {
+    use dstream_daemon::http::settings::Listen;
+    match config.http.listen() {
+        Ok(Listen::At(addr)) if addr.port() != 0 => {
+            let base = format!("http://{addr}/");
+            (!url.starts_with(&base))
+                .then(|| format!("the daemon listens at {addr} ([http] listen)"))
+        }
+        Ok(Listen::At(_)) => Some("[http] listen picks a free port at every start (\"0\")".into()),
+        Ok(Listen::Off) => Some("the daemon's HTTP listener is off ([http] listen)".into()),
+        Err(e) => Some(e),
+    }
 }

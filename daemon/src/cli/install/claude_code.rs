@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, anyhow, bail};
 
-use super::claude_hooks::{CLAUDE_HOOK_TIMEOUT_SECS, add_hooks, hook_command, remove_hooks};
+use super::claude_hooks::{
+    CLAUDE_HOOK_TIMEOUT_SECS, HookKind, TOKEN_VAR, add_hooks, hook_command, remove_hooks,
+};
 use super::claude_telemetry::{self, Added, Telemetry};
 use super::files::{self, Found};
 use super::json::{self, Json};
@@ -79,12 +81,48 @@ fn write_settings(path: &Path, file: Option<&files::File>, doc: &Json) -> anyhow
     }
 }
 
-/// Adds dstream's hooks for `events` to the settings file at `path`, and its telemetry
-/// settings when `telemetry` says where (else why not).
+/// `--http`: where the daemon's listener takes hooks, and its token.
+pub struct HttpHooks {
+    /// `http://127.0.0.1:4438`
+    pub base: String,
+    pub token: String,
+}
+
+/// The token in the `env` block (the user's own settings only): the hooks' header names the
+/// variable, never the secret. Whether it changed.
+fn set_token(doc: &mut Json, token: &str) -> bool {
+    let Some(env) = doc.entry("env", || Json::Object(Vec::new())) else {
+        return false;
+    };
+    if env.get(TOKEN_VAR).and_then(|v| v.as_str()).as_deref() == Some(token) {
+        return false;
+    }
+    env.set(TOKEN_VAR, Json::string(token));
+    true
+}
+
+/// Takes the token back out of `env` (and `env` when nothing else is in it).
+fn remove_token(doc: &mut Json) -> bool {
+    let Some(env) = doc.get_mut("env") else {
+        return false;
+    };
+    if env.get(TOKEN_VAR).is_none() {
+        return false;
+    }
+    env.remove(TOKEN_VAR);
+    if matches!(env, Json::Object(entries) if entries.is_empty()) {
+        doc.remove("env");
+    }
+    true
+}
+
+/// Adds dstream's hooks for `events` to the settings file at `path` (as `http` hooks with
+/// `http`), and its telemetry settings when `telemetry` says where (else why not).
 pub fn install(
     path: &Path,
     events: &[&'static str],
     telemetry: Result<Telemetry, String>,
+    http: Option<&HttpHooks>,
 ) -> anyhow::Result<()> {
     let exe = dstream_exe()?;
     let (file, mut doc) = match files::read(path, files::MAX_BYTES)? {
@@ -99,8 +137,20 @@ pub fn install(
     let shown = file
         .as_ref()
         .map_or_else(|| path.display().to_string(), |f| f.shown());
-    let changes =
-        add_hooks(&mut doc, events, &exe).with_context(|| format!("{shown} was left untouched"))?;
+    let kind = match http {
+        Some(h) => HookKind::Http {
+            exe: &exe,
+            base: &h.base,
+        },
+        None => HookKind::Command { exe: &exe },
+    };
+    let mut changes =
+        add_hooks(&mut doc, events, kind).with_context(|| format!("{shown} was left untouched"))?;
+    if let Some(h) = http
+        && set_token(&mut doc, &h.token)
+    {
+        changes.updated.push("env");
+    }
     let telemetry_note = match &telemetry {
         Ok(t) => match claude_telemetry::add(&mut doc, t, |k| std::env::var(k).ok()) {
             Added::Written => Some(format!(
@@ -145,11 +195,19 @@ pub fn install(
         return Ok(());
     }
     write_settings(path, file.as_ref(), &doc)?;
-    println!(
-        "{} {shown}: hooks run `{}` (timeout {CLAUDE_HOOK_TIMEOUT_SECS} s)",
-        if is_new { "created" } else { "updated" },
-        hook_command(&exe)
-    );
+    match http {
+        None => println!(
+            "{} {shown}: hooks run `{}` (timeout {CLAUDE_HOOK_TIMEOUT_SECS} s)",
+            if is_new { "created" } else { "updated" },
+            hook_command(&exe)
+        ),
+        Some(h) => println!(
+            "{} {shown}: hooks POST to {}/hooks/claude-code with the token from ${TOKEN_VAR}              (set in `env` here); SessionStart runs `{}` (Claude Code runs no http hook there,              and it starts a daemon that is down). An http hook fails open while the daemon is              down: the calls in between run unchecked and unrecorded until it is back",
+            if is_new { "created" } else { "updated" },
+            h.base,
+            hook_command(&exe)
+        ),
+    }
     if !changes.added.is_empty() {
         println!(
             "  added for {} event{}: {}",
@@ -194,7 +252,8 @@ pub fn uninstall(path: &Path) -> anyhow::Result<()> {
     let shown = file.shown();
     let removed = remove_hooks(&mut doc).with_context(|| format!("{shown} was left untouched"))?;
     let telemetry_removed = claude_telemetry::remove(&mut doc);
-    if removed.is_empty() && !telemetry_removed {
+    let token_removed = remove_token(&mut doc);
+    if removed.is_empty() && !telemetry_removed && !token_removed {
         println!("no dstream hooks in {shown}; nothing changed");
         return Ok(());
     }
@@ -206,6 +265,9 @@ pub fn uninstall(path: &Path) -> anyhow::Result<()> {
     );
     if telemetry_removed {
         summary.push_str("\nremoved dstream's telemetry settings from `env`");
+    }
+    if token_removed {
+        summary.push_str(&format!("\nremoved {TOKEN_VAR} from `env`"));
     }
     if matches!(&doc, Json::Object(entries) if entries.is_empty()) && !file.is_link() {
         // Nothing but dstream's hooks was in it: the file goes, as install found it. (A link's

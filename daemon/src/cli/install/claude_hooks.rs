@@ -18,6 +18,80 @@ pub fn hook_command(exe: &str) -> String {
     format!("{} hook claude-code", shell::quote(exe))
 }
 
+/// The environment variable an `http` hook's header takes the daemon's token from (Claude Code
+/// fills it in only for hooks that list it in `allowedEnvVars`).
+pub const TOKEN_VAR: &str = "DSTREAM_HTTP_TOKEN";
+/// The path the daemon takes Claude Code's `http` hooks at.
+const HOOK_PATH: &str = "/hooks/claude-code";
+
+/// How dstream's hooks reach it.
+#[derive(Clone, Copy)]
+pub enum HookKind<'a> {
+    /// `type: "command"`: run this dstream's `hook claude-code`.
+    Command { exe: &'a str },
+    /// `type: "http"`: POST to the daemon's listener at `base` (`http://127.0.0.1:4438`).
+    /// SessionStart keeps the command (Claude Code runs no `http` hook for it, and the command
+    /// starts a daemon that is down).
+    Http { exe: &'a str, base: &'a str },
+}
+
+impl HookKind<'_> {
+    /// The handler for `event`.
+    fn handler(&self, event: &str) -> Json {
+        match *self {
+            HookKind::Http { base, .. } if event != "SessionStart" => object(vec![
+                ("type", Json::string("http")),
+                ("url", Json::string(&format!("{base}{HOOK_PATH}"))),
+                (
+                    "headers",
+                    object(vec![(
+                        "Authorization",
+                        Json::string(&format!("Bearer ${TOKEN_VAR}")),
+                    )]),
+                ),
+                ("allowedEnvVars", Json::Array(vec![Json::string(TOKEN_VAR)])),
+                ("timeout", Json::from(CLAUDE_HOOK_TIMEOUT_SECS)),
+            ]),
+            HookKind::Command { exe } | HookKind::Http { exe, .. } => object(vec![
+                ("type", Json::string("command")),
+                ("command", Json::string(&hook_command(exe))),
+                ("timeout", Json::from(CLAUDE_HOOK_TIMEOUT_SECS)),
+            ]),
+        }
+    }
+
+    /// Whether `found` is already the handler this kind wants for `event`.
+    fn wants(&self, event: &str, found: &Ours) -> bool {
+        match (*self, found) {
+            (HookKind::Http { base, .. }, Ours::Http(url)) if event != "SessionStart" => {
+                *url == format!("{base}{HOOK_PATH}")
+            }
+            (HookKind::Http { .. }, _) if event != "SessionStart" => false,
+            (HookKind::Command { exe } | HookKind::Http { exe, .. }, Ours::Command(c)) => {
+                c.exe == exe
+            }
+            _ => false,
+        }
+    }
+}
+
+/// One of dstream's handlers as found in a settings file.
+enum Ours {
+    Command(shell::HookCommand),
+    /// An `http` hook posting to a dstream listener: its URL.
+    Http(String),
+}
+
+impl Ours {
+    /// What it reaches: the dstream binary (as written) or the URL.
+    fn target(&self) -> String {
+        match self {
+            Ours::Command(c) => c.exe.clone(),
+            Ours::Http(url) => url.clone(),
+        }
+    }
+}
+
 /// What `install` did to one event's hooks.
 #[derive(Default)]
 pub struct Changes {
@@ -43,7 +117,11 @@ fn object(entries: Vec<(&str, Json)>) -> Json {
 
 /// Adds the hook to `doc` for each event (or points an existing dstream hook at `exe`).
 /// Fails, changing nothing on disk, when the file's `hooks` do not have the documented shape.
-pub fn add_hooks(doc: &mut Json, events: &[&'static str], exe: &str) -> anyhow::Result<Changes> {
+pub fn add_hooks(
+    doc: &mut Json,
+    events: &[&'static str],
+    kind: HookKind,
+) -> anyhow::Result<Changes> {
     written_once(doc, "hooks", "hooks")?;
     let hooks = doc
         .entry("hooks", || Json::Object(Vec::new()))
@@ -62,27 +140,35 @@ pub fn add_hooks(doc: &mut Json, events: &[&'static str], exe: &str) -> anyhow::
         };
         let mut found = false;
         for handler in groups.iter_mut().flat_map(handlers_mut) {
-            let Some(command) = ours(handler) else {
+            let Some(current) = ours(handler) else {
                 continue;
             };
             found = true;
-            if command.exe != exe {
-                let rewritten = command.with_exe(exe);
-                handler.set("command", Json::string(&rewritten));
-                if handler.get("timeout").is_none() {
-                    handler.set("timeout", Json::from(CLAUDE_HOOK_TIMEOUT_SECS));
-                }
-                changes.updated.push(event);
+            if kind.wants(event, &current) {
+                continue;
             }
+            match (&current, kind) {
+                // The same kind, another binary: repointed, the user's flags and timeout kept.
+                (Ours::Command(command), HookKind::Command { exe }) => {
+                    handler.set("command", Json::string(&command.with_exe(exe)));
+                    if handler.get("timeout").is_none() {
+                        handler.set("timeout", Json::from(CLAUDE_HOOK_TIMEOUT_SECS));
+                    }
+                }
+                (Ours::Command(command), HookKind::Http { exe, .. })
+                    if *event == "SessionStart" =>
+                {
+                    handler.set("command", Json::string(&command.with_exe(exe)));
+                }
+                // From a command hook to an http one, or back, or another address.
+                _ => *handler = kind.handler(event),
+            }
+            changes.updated.push(event);
         }
         if !found {
             groups.push(object(vec![(
                 "hooks",
-                Json::Array(vec![object(vec![
-                    ("type", Json::string("command")),
-                    ("command", Json::string(&hook_command(exe))),
-                    ("timeout", Json::from(CLAUDE_HOOK_TIMEOUT_SECS)),
-                ])]),
+                Json::Array(vec![kind.handler(event)]),
             )]));
             changes.added.push(event);
         }
@@ -98,18 +184,42 @@ fn handlers_mut(group: &mut Json) -> std::slice::IterMut<'_, Json> {
     }
 }
 
-/// A handler's command, when it runs `dstream hook claude-code`.
-fn ours(handler: &Json) -> Option<shell::HookCommand> {
-    if let Some(t) = handler.get("type")
-        && t.as_str().is_none_or(|t| t != "command")
-    {
-        return None;
+/// A handler of dstream's: a command running `dstream hook claude-code`, or an `http` hook
+/// posting to a dstream listener on this machine.
+fn ours(handler: &Json) -> Option<Ours> {
+    match handler.get("type").map(|t| t.as_str()) {
+        None => {}
+        Some(Some(t)) if t == "command" => {}
+        Some(Some(t)) if t == "http" => {
+            let url = handler.get("url")?.as_str()?.into_owned();
+            return is_dstream_url(&url).then_some(Ours::Http(url));
+        }
+        _ => return None,
     }
-    shell::HookCommand::parse(&handler.get("command")?.as_str()?, "claude-code")
+    shell::HookCommand::parse(&handler.get("command")?.as_str()?, "claude-code").map(Ours::Command)
+}
+
+/// `http://<loopback>:<port>/hooks/claude-code`: where only a dstream daemon takes hooks.
+fn is_dstream_url(url: &str) -> bool {
+    let Some(rest) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let Some(host) = rest.strip_suffix(HOOK_PATH) else {
+        return false;
+    };
+    let name = match host.rsplit_once(':') {
+        Some((h, port)) if port.parse::<u16>().is_ok() => h,
+        _ => return false,
+    };
+    let name = name.trim_start_matches('[').trim_end_matches(']');
+    name == "localhost"
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// dstream's hook handlers in `doc`: each event with the dstream binary its command runs (as
-/// written), in file order.
+/// written) or the URL its `http` hook posts to, in file order.
 pub fn installed(doc: &Json) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let Some(Json::Object(events)) = doc.get("hooks") else {
@@ -121,8 +231,8 @@ pub fn installed(doc: &Json) -> Vec<(String, String)> {
             let Some(Json::Array(handlers)) = group.get("hooks") else {
                 continue;
             };
-            for command in handlers.iter().filter_map(ours) {
-                out.push((event.value().into_owned(), command.exe));
+            for found in handlers.iter().filter_map(ours) {
+                out.push((event.value().into_owned(), found.target()));
             }
         }
     }
@@ -184,6 +294,7 @@ mod tests {
     use crate::cli::install::json;
 
     const EXE: &str = "/opt/my tools/dstream";
+    const CMD: HookKind = HookKind::Command { exe: EXE };
 
     fn doc(text: &str) -> Json {
         json::parse(text).unwrap()
@@ -200,7 +311,7 @@ mod tests {
             "a": {"y": true, "b": null}, "permissions": {"allow": ["Bash(ls)"]}}"#;
         let mut d = doc(original);
         let events = chosen_events(&[]).unwrap();
-        let changes = add_hooks(&mut d, &events, EXE).unwrap();
+        let changes = add_hooks(&mut d, &events, CMD).unwrap();
         assert_eq!(changes.added.len(), CLAUDE_EVENTS.len());
         // Keys keep their order; new events come after the existing ones.
         assert_eq!(
@@ -214,7 +325,7 @@ mod tests {
         assert!(pre.starts_with(r#"[{"matcher":"Bash","hooks":[{"type":"command","command":"./check.sh"}]},{"hooks":[{"type":"command","command":"'/opt/my tools/dstream' hook claude-code","timeout":600}]}"#), "{pre}");
         // Twice: no change.
         let once = d.clone();
-        let again = add_hooks(&mut d, &events, EXE).unwrap();
+        let again = add_hooks(&mut d, &events, CMD).unwrap();
         assert!(again.added.is_empty() && again.updated.is_empty());
         assert_eq!(d, once);
         // Removed: all of it, and the lists it alone filled.
@@ -233,13 +344,47 @@ mod tests {
     fn a_moved_binary_is_repointed_and_user_flags_are_kept() {
         let mut d = doc(r#"{"hooks": {"PreToolUse": [{"hooks": [{"type": "command",
             "command": "/old/dstream hook claude-code --fail-closed", "timeout": 30}]}]}}"#);
-        let changes = add_hooks(&mut d, &["PreToolUse"], EXE).unwrap();
+        let changes = add_hooks(&mut d, &["PreToolUse"], CMD).unwrap();
         assert_eq!(changes.updated, ["PreToolUse"]);
         assert!(changes.added.is_empty());
         assert_eq!(
             text(&d),
             r#"{"hooks":{"PreToolUse":[{"hooks":[{"type":"command","command":"'/opt/my tools/dstream' hook claude-code --fail-closed","timeout":30}]}]}}"#
         );
+    }
+
+    #[test]
+    fn http_hooks_replace_command_hooks_and_back_keeping_session_start_a_command() {
+        let http = HookKind::Http {
+            exe: EXE,
+            base: "http://127.0.0.1:4438",
+        };
+        let mut d = doc("{}");
+        add_hooks(&mut d, &["SessionStart", "PreToolUse"], CMD).unwrap();
+        let changes = add_hooks(&mut d, &["SessionStart", "PreToolUse"], http).unwrap();
+        assert_eq!(changes.updated, ["PreToolUse"]);
+        let hooks = d.get("hooks").unwrap();
+        let first = |e: &str| text(hooks.get(e).unwrap());
+        assert!(first("SessionStart").contains(r#""type":"command""#));
+        assert!(
+            first("PreToolUse").contains(
+                r#""type":"http","url":"http://127.0.0.1:4438/hooks/claude-code","headers":{"Authorization":"Bearer $DSTREAM_HTTP_TOKEN"},"allowedEnvVars":["DSTREAM_HTTP_TOKEN"]"#
+            ),
+            "{}",
+            first("PreToolUse")
+        );
+        assert_eq!(installed(&d).len(), 2);
+        // Again: nothing to do; back to commands: the http hook is replaced, not added to.
+        let again = add_hooks(&mut d, &["SessionStart", "PreToolUse"], http).unwrap();
+        assert!(again.added.is_empty() && again.updated.is_empty());
+        let back = add_hooks(&mut d, &["SessionStart", "PreToolUse"], CMD).unwrap();
+        assert_eq!(back.updated, ["PreToolUse"]);
+        assert_eq!(installed(&d).iter().filter(|(_, t)| t == EXE).count(), 2);
+        // Someone else's http hook is not ours.
+        let mut theirs = doc(r#"{"hooks": {"Stop": [{"hooks": [{"type": "http",
+            "url": "https://example.com/hooks/claude-code"}]}]}}"#);
+        assert!(installed(&theirs).is_empty());
+        assert!(remove_hooks(&mut theirs).unwrap().is_empty());
     }
 
     #[test]
@@ -258,8 +403,8 @@ mod tests {
 
     #[test]
     fn badly_shaped_hooks_are_refused() {
-        assert!(add_hooks(&mut doc(r#"{"hooks": []}"#), &["Stop"], EXE).is_err());
-        assert!(add_hooks(&mut doc(r#"{"hooks": {"Stop": {}}}"#), &["Stop"], EXE).is_err());
+        assert!(add_hooks(&mut doc(r#"{"hooks": []}"#), &["Stop"], CMD).is_err());
+        assert!(add_hooks(&mut doc(r#"{"hooks": {"Stop": {}}}"#), &["Stop"], CMD).is_err());
         assert!(remove_hooks(&mut doc(r#"{"hooks": 3}"#)).is_err());
     }
 
@@ -267,7 +412,7 @@ mod tests {
     fn edits_keep_numbers_and_repeated_keys_as_written() {
         let original = r#"{"big":12345678901234567890123,"e":1e2,"f":1.50,"k":1,"k":2,"hooks":{"Stop":[{"hooks":[{"type":"command","command":"x","timeout":5.0}]}]},"s":"\u00e9"}"#;
         let mut d = doc(original);
-        add_hooks(&mut d, &["Stop", "PreToolUse"], EXE).unwrap();
+        add_hooks(&mut d, &["Stop", "PreToolUse"], CMD).unwrap();
         let installed = text(&d);
         assert!(
             installed.starts_with(r#"{"big":12345678901234567890123,"e":1e2,"f":1.50,"k":1,"k":2,"hooks":{"Stop":[{"hooks":[{"type":"command","command":"x","timeout":5.0}]},{"hooks""#),
@@ -281,7 +426,7 @@ mod tests {
     #[test]
     fn repeated_hooks_or_events_are_refused() {
         let twice = r#"{"hooks": {}, "hooks": {"Stop": []}}"#;
-        let err = add_hooks(&mut doc(twice), &["Stop"], EXE).err().unwrap();
+        let err = add_hooks(&mut doc(twice), &["Stop"], CMD).err().unwrap();
         assert!(
             err.to_string().contains("`hooks` is written 2 times"),
             "{err}"
@@ -290,7 +435,7 @@ mod tests {
         let err = add_hooks(
             &mut doc(r#"{"hooks": {"Stop": [], "Stop": []}}"#),
             &["Stop"],
-            EXE,
+            CMD,
         )
         .err()
         .unwrap();
@@ -319,7 +464,7 @@ mod tests {
         }
         original.push_str(r#""hooks":{}}"#);
         let mut d = doc(&original);
-        let changes = add_hooks(&mut d, CLAUDE_EVENTS, EXE).unwrap();
+        let changes = add_hooks(&mut d, CLAUDE_EVENTS, CMD).unwrap();
         assert_eq!(changes.added.len(), CLAUDE_EVENTS.len());
         let installed = json::to_pretty(&d);
         let mut d = doc(&installed);
