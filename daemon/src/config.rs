@@ -22,6 +22,7 @@ pub struct Config {
     pub relay: RelayConfig,
     pub retention: RetentionConfig,
     pub http: crate::http::settings::HttpConfig,
+    pub search: crate::search::settings::SearchConfig,
     /// The file this configuration was read from, if any (hot reload reads it again).
     #[serde(skip)]
     pub file: Option<PathBuf>,
