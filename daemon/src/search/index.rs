@@ -345,13 +345,11 @@ pub fn query(
     }
     sql += &format!(" ORDER BY 2, fts.rowid DESC LIMIT {limit}");
     debug_assert!(sql.contains("?1"));
+    // The SQL is fixed and known good: a plain SQLITE_ERROR comes from FTS5 parsing the
+    // user's query ("fts5: syntax error near …", "unterminated string", …). Damage and I/O
+    // have codes of their own.
     let syntax = |e: rusqlite::Error| match &e {
-        // FTS5 reports a bad query as a plain SQLite error whose message says so.
-        rusqlite::Error::SqliteFailure(_, Some(m))
-            if m.starts_with("fts5:")
-                || m.contains("syntax error")
-                || m.starts_with("no such column") =>
-        {
+        rusqlite::Error::SqliteFailure(f, Some(m)) if f.code == rusqlite::ErrorCode::Unknown => {
             QueryError::Syntax(m.clone())
         }
         _ => QueryError::Index(e.into()),
