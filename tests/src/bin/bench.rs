@@ -2,7 +2,7 @@
 //! machine, same run, one after the other (never concurrently).
 //!
 //! Run: `cargo run --release -p dstream-tests --bin bench [-- --quick] [--events N]
-//! [--duration SECS] [--warmup SECS] [--skip-reference] [--skip-dstream]`.
+//! [--duration SECS] [--warmup SECS] [--skip-reference] [--skip-dstream] [--only-search]`.
 //! Prints one markdown table to stdout and writes it to `<repo>/.bench-cache/last-bench.md`.
 //! Progress goes to stderr.
 
@@ -27,6 +27,8 @@ mod reference;
 mod relay;
 #[path = "bench/rpc.rs"]
 mod rpc;
+#[path = "bench/search.rs"]
+mod search;
 #[path = "bench/stats.rs"]
 mod stats;
 
@@ -79,6 +81,8 @@ struct Opts {
     events: u64,
     skip_reference: bool,
     skip_dstream: bool,
+    /// Only the search index's rows.
+    only_search: bool,
 }
 
 fn parse_args() -> Result<Opts> {
@@ -88,6 +92,7 @@ fn parse_args() -> Result<Opts> {
         events: 1_000_000,
         skip_reference: false,
         skip_dstream: false,
+        only_search: false,
     };
     let mut args = std::env::args().skip(1);
     let secs = |v: Option<String>, flag: &str| -> Result<Duration> {
@@ -121,9 +126,13 @@ fn parse_args() -> Result<Opts> {
             "--warmup" => o.warmup = secs(args.next(), "--warmup")?,
             "--skip-reference" => o.skip_reference = true,
             "--skip-dstream" => o.skip_dstream = true,
+            "--only-search" => {
+                o.only_search = true;
+                o.skip_reference = true;
+            }
             "-h" | "--help" => {
                 println!(
-                    "usage: bench [--quick] [--events N] [--duration SECS] [--warmup SECS] [--skip-reference] [--skip-dstream]"
+                    "usage: bench [--quick] [--events N] [--duration SECS] [--warmup SECS] [--skip-reference] [--skip-dstream] [--only-search]"
                 );
                 std::process::exit(0);
             }
@@ -191,38 +200,12 @@ fn run() -> Result<()> {
         many_ok: None,
     };
     let (d, r) = (dstream_bin.as_deref(), ref_bin.as_deref());
-    if let Some(bin) = d {
-        b.dstream_idle_rss(bin)?;
-    }
-    if let Some(bin) = r {
-        b.reference_idle_rss(bin)?;
-    }
-    // Each durable append scenario runs on dstream and then right away on the reference, so
-    // that both see the same machine state (disk and host noise drift over a run).
-    for scenario in APPEND_SCENARIOS {
+    if o.only_search {
         if let Some(bin) = d {
-            b.dstream_appends(bin, "always", scenario)?;
+            b.dstream_search(bin)?;
         }
-        if let Some(bin) = r {
-            b.reference_appends(bin, scenario)?;
-        }
-    }
-    if let Some(bin) = d {
-        for scenario in APPEND_SCENARIOS {
-            b.dstream_appends(bin, "interval", scenario)?;
-        }
-        b.dstream_subscriber(bin)?;
-        b.dstream_checkpoints(bin)?;
-        b.dstream_agents(bin, &repo)?;
-        b.dstream_ffi(bin, &repo)?;
-        b.dstream_many(bin)?;
-        b.dstream_big(bin)?;
-    }
-    if let Some(bin) = r {
-        b.reference_big(bin)?;
-    }
-    if let (Some(bin), Some(ref_bin)) = (d, r) {
-        b.dstream_relay(bin, ref_bin)?;
+    } else {
+        b.everything(d, r, &repo)?;
     }
 
     let (cpu_end, mut load) = (
@@ -305,6 +288,51 @@ struct Bench<'a> {
 }
 
 impl Bench<'_> {
+    /// Every scenario, in the order that keeps the comparisons fair.
+    fn everything(&mut self, d: Option<&Path>, r: Option<&Path>, repo: &Path) -> Result<()> {
+        let b = self;
+        if let Some(bin) = d {
+            b.dstream_idle_rss(bin)?;
+        }
+        if let Some(bin) = r {
+            b.reference_idle_rss(bin)?;
+        }
+        // Each durable append scenario runs on dstream and then right away on the reference, so
+        // that both see the same machine state (disk and host noise drift over a run).
+        for scenario in APPEND_SCENARIOS {
+            if let Some(bin) = d {
+                b.dstream_appends(bin, "always", scenario)?;
+            }
+            if let Some(bin) = r {
+                b.reference_appends(bin, scenario)?;
+            }
+        }
+        if let Some(bin) = d {
+            for scenario in APPEND_SCENARIOS {
+                b.dstream_appends(bin, "interval", scenario)?;
+            }
+            b.dstream_subscriber(bin)?;
+            b.dstream_checkpoints(bin)?;
+            b.dstream_agents(bin, repo)?;
+            b.dstream_ffi(bin, repo)?;
+            b.dstream_many(bin)?;
+            b.dstream_big(bin)?;
+            b.dstream_search(bin)?;
+        }
+        if let Some(bin) = r {
+            b.reference_big(bin)?;
+        }
+        if let (Some(bin), Some(ref_bin)) = (d, r) {
+            b.dstream_relay(bin, ref_bin)?;
+        }
+        Ok(())
+    }
+
+    /// The search index: catch-up rate, size, query latency, appends with and without it.
+    fn dstream_search(&mut self, bin: &Path) -> Result<()> {
+        search::run(bin, &self.tmp_root, self.o.events, &mut self.ours)
+    }
+
     fn dstream(&self, bin: &Path, prefix: &str) -> Result<(tempfile::TempDir, DstreamSetup)> {
         let dir = tempdir(&self.tmp_root, prefix)?;
         let setup = DstreamSetup {
@@ -1339,6 +1367,60 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
         get(ours, "import/lines_s"),
         None,
         Better::Higher,
+    );
+    let events = thousands(o.events);
+    let corpus = format!(
+        "{events} events with text (prompts, commands, output; words Zipf-distributed over {} distinct), 16 sessions",
+        thousands(search::VOCABULARY)
+    );
+    t.add(
+        format!("search index: catch-up from the logs after a start, events/s ({corpus})"),
+        get(ours, "search/catchup"),
+        None,
+        Better::Higher,
+    );
+    t.add(
+        "search index: events/s indexed while a bulk load runs (from its first append until the index holds its last)",
+        get(ours, "search/live_rate"),
+        None,
+        Better::Higher,
+    );
+    t.add(
+        "search index: ms after the bulk load's last append until it is searchable",
+        get(ours, "search/drain_ms"),
+        None,
+        Better::Lower,
+    );
+    t.add(
+        "bulk append events/s with the search index on (reference column: the same load with it off)",
+        get(ours, "search/append_on"),
+        get(ours, "search/append_off"),
+        Better::Higher,
+    );
+    t.add(
+        "search index bytes / log bytes",
+        get(ours, "search/size_ratio"),
+        None,
+        Better::Lower,
+    );
+    t.add(
+        format!("`search` of one word, p50 ms over {events} indexed events (words drawn uniformly from the vocabulary; limit 20, snippets included)"),
+        get(ours, "search/p50"),
+        None,
+        Better::Lower,
+    );
+    t.add("… p99 ms", get(ours, "search/p99"), None, Better::Lower);
+    t.add(
+        "`search` of one of the 10 commonest words (each in a large share of the events), p50 ms",
+        get(ours, "search/common_p50"),
+        None,
+        Better::Lower,
+    );
+    t.add(
+        "… p99 ms",
+        get(ours, "search/common_p99"),
+        None,
+        Better::Lower,
     );
     for threads in [1, 16] {
         t.add(
