@@ -303,18 +303,27 @@ pub enum QueryError {
     Index(#[from] IndexError),
 }
 
-/// The best `limit` documents matching the FTS5 query `fts`.
+/// Matches ranked per query, at most: the latest this many (by session number, then LSN) of
+/// a query that matches more. bm25 costs a lookup per match, so a word in half of a million
+/// events would otherwise take a second; this bounds every query's ranking work.
+pub const RANK_WINDOW: usize = 20_000;
+
+/// The best `limit` documents matching the FTS5 query `fts`, ranked among the latest
+/// [`RANK_WINDOW`] matches.
 pub fn query(
     conn: &Connection,
     fts: &str,
     filter: &Filter,
     limit: usize,
 ) -> Result<Vec<Row>, QueryError> {
-    let mut sql = String::from(
-        "SELECT fts.rowid, bm25(fts), d.ts, t.name, s.name FROM fts \
-         JOIN docs d ON d.id = fts.rowid JOIN types t ON t.tid = d.tid \
-         JOIN sessions s ON s.sid = (fts.rowid >> 40) WHERE fts MATCH ?1",
-    );
+    // Inner: walk the matches newest rowid first (FTS5 iterates rowids in either order and
+    // stops at the LIMIT), with the filters that need the event's row; outer: rank those, then
+    // name the best few.
+    let mut inner = String::from("SELECT fts.rowid AS id, bm25(fts) AS score FROM fts");
+    if filter.type_prefix.is_some() || filter.since_ms.is_some() {
+        inner += " JOIN docs d ON d.id = fts.rowid JOIN types t ON t.tid = d.tid";
+    }
+    inner += " WHERE fts MATCH ?1";
     let mut args: Vec<rusqlite::types::Value> = vec![fts.to_string().into()];
     if let Some(name) = &filter.session {
         let sid: Option<i64> = conn
@@ -327,7 +336,7 @@ pub fn query(
             return Ok(Vec::new());
         };
         let (lo, hi) = session_range(sid);
-        sql += &format!(
+        inner += &format!(
             " AND fts.rowid BETWEEN ?{} AND ?{}",
             args.len() + 1,
             args.len() + 2
@@ -335,16 +344,21 @@ pub fn query(
         args.extend([lo.into(), hi.into()]);
     }
     if let Some(since) = filter.since_ms {
-        sql += &format!(" AND d.ts >= ?{}", args.len() + 1);
+        inner += &format!(" AND d.ts >= ?{}", args.len() + 1);
         args.push((since as i64).into());
     }
     if let Some(prefix) = &filter.type_prefix {
         let n = args.len() + 1;
-        sql += &format!(" AND substr(t.name, 1, length(?{n})) = ?{n}");
+        inner += &format!(" AND substr(t.name, 1, length(?{n})) = ?{n}");
         args.push(prefix.clone().into());
     }
-    sql += &format!(" ORDER BY 2, fts.rowid DESC LIMIT {limit}");
-    debug_assert!(sql.contains("?1"));
+    inner += &format!(" ORDER BY fts.rowid DESC LIMIT {RANK_WINDOW}");
+    let sql = format!(
+        "SELECT m.id, m.score, d.ts, t.name, s.name FROM \
+         (SELECT id, score FROM ({inner}) ORDER BY score, id DESC LIMIT {limit}) m \
+         JOIN docs d ON d.id = m.id JOIN types t ON t.tid = d.tid \
+         JOIN sessions s ON s.sid = (m.id >> 40) ORDER BY m.score, m.id DESC"
+    );
     // The SQL is fixed and known good: a plain SQLITE_ERROR comes from FTS5 parsing the
     // user's query ("fts5: syntax error near …", "unterminated string", …). Damage and I/O
     // have codes of their own.

@@ -85,7 +85,6 @@ impl Search {
             return;
         }
         self.shared.stopping.store(false, Ordering::Relaxed);
-        self.shared.ready.store(false, Ordering::Relaxed);
         match observer::spawn(
             self.store.clone(),
             &self.hub,

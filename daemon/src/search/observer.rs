@@ -30,7 +30,7 @@ const LINGER: Duration = Duration::from_millis(50);
 /// Log pages read per catch-up step.
 const PAGE_EVENTS: usize = 1024;
 const PAGE_BYTES: usize = 4 << 20;
-/// How often sessions deleted by retention are looked for while idle.
+/// How often sessions deleted by retention are looked for.
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
 /// After an error that is not damage (a full disk), wait this long before trying again.
 const RETRY_AFTER: Duration = Duration::from_secs(2);
@@ -47,8 +47,6 @@ pub struct Shared {
     pub last_error: Mutex<Option<String>>,
     /// Set to stop: a long catch-up checks it between pages.
     pub stopping: AtomicBool,
-    /// The index is open and has caught up at least once since the thread started.
-    pub ready: AtomicBool,
 }
 
 impl Shared {
@@ -95,8 +93,22 @@ pub fn spawn(
     };
     let handle = std::thread::Builder::new()
         .name("dstream-search".into())
-        .spawn(move || observer.run(reader, rx, rt))?;
+        .spawn(move || {
+            lower_priority();
+            observer.run(reader, rx, rt)
+        })?;
     Ok((handle, tx))
+}
+
+/// The index must never slow appends: on a busy machine this thread gets the CPU time the
+/// commit thread and the socket workers leave, and catches up when they are idle.
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: gettid and setpriority take no pointers; on Linux a thread's nice value is its own.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, 10);
+    }
 }
 
 struct Entry {
@@ -149,7 +161,6 @@ impl Observer {
                 }
                 continue;
             }
-            self.shared.ready.store(true, Ordering::Relaxed);
             let wake = rt.block_on(collect(&mut reader, &mut commands, &mut items));
             for item in items.drain(..) {
                 if let Err(e) = self.take(item) {
@@ -167,13 +178,13 @@ impl Observer {
                         e.to_string()
                     }));
                 }
-                Wake::Idle if last_sweep.elapsed() >= SWEEP_EVERY => {
-                    last_sweep = Instant::now();
-                    if let Err(e) = self.sweep() {
-                        self.failed(e);
-                    }
-                }
                 Wake::Events | Wake::Idle => {}
+            }
+            if last_sweep.elapsed() >= SWEEP_EVERY {
+                last_sweep = Instant::now();
+                if let Err(e) = self.sweep() {
+                    self.failed(e);
+                }
             }
         }
         tracing::debug!("search indexing stopped");

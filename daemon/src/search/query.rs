@@ -34,7 +34,10 @@ impl Search {
                 detail: "it has no words".into(),
             });
         }
-        let (generation, conn) = self.reader()?;
+        let Some((generation, conn)) = self.reader()? else {
+            // Not created yet (the first start): nothing is indexed, `behind_by` says so.
+            return Ok(Vec::new());
+        };
         let rows = index::query(&conn, &fts, filter, limit);
         let rows = match rows {
             Ok(rows) => {
@@ -82,24 +85,22 @@ impl Search {
         Ok(hits)
     }
 
-    /// A query connection on the current index file.
-    fn reader(&self) -> Result<(u64, rusqlite::Connection), SearchError> {
+    /// A query connection on the current index file; `None` while there is no file yet.
+    fn reader(&self) -> Result<Option<(u64, rusqlite::Connection)>, SearchError> {
         let generation = self.shared.generation.load(Ordering::Relaxed);
         {
             let mut pool = self.readers.lock().unwrap();
             while let Some((g, conn)) = pool.pop() {
                 if g == generation {
-                    return Ok((g, conn));
+                    return Ok(Some((g, conn)));
                 }
             }
         }
-        if !self.shared.ready.load(Ordering::Relaxed) && generation == 0 {
-            return Err(SearchError::Index(
-                "the search index is being opened; try again shortly".into(),
-            ));
+        if !index::db_path(&self.dir).exists() {
+            return Ok(None);
         }
         index::reader(&self.dir)
-            .map(|c| (generation, c))
+            .map(|c| Some((generation, c)))
             .map_err(|e| SearchError::Index(e.to_string()))
     }
 
