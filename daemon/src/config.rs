@@ -26,6 +26,7 @@ pub struct Config {
     #[serde(default)]
     pub budgets: Vec<crate::budget::settings::BudgetConfig>,
     pub otlp: crate::http::settings::OtlpConfig,
+    pub search: crate::search::settings::SearchConfig,
     /// The file this configuration was read from, if any (hot reload reads it again).
     #[serde(skip)]
     pub file: Option<PathBuf>,

@@ -20,6 +20,8 @@
 //! - [`watch`]: hot reload of the plugin folder and the config file;
 //! - [`spool`]: events hooks wrote while no daemon ran, drained once each at start and
 //!   whenever one appears; [`autostart`]: how a hook starts a daemon that is not running;
+//! - `search`: full-text search over every session, an SQLite FTS5 index derived from the
+//!   logs, filled by its own thread;
 //! - [`state`]: what all of them share (config, store, hub, counters, memory budget);
 //! - [`budget`]: `[[budgets]]`, sums of what agents spent, and the brake on tool calls;
 //! - [`config`]: the configuration and its embedded, documented defaults.
@@ -51,6 +53,7 @@ pub(crate) mod redact;
 pub(crate) mod relay;
 pub(crate) mod retention;
 mod rpc;
+pub mod search;
 pub mod server;
 mod slots;
 pub mod spool;

@@ -150,6 +150,9 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
         &config.retention,
     );
     components.add(retention.clone());
+    // Off the append path: it follows the hub and catches up from the logs on its own thread.
+    let search = crate::search::Search::start(store.clone(), hub.clone(), &config);
+    components.add(search.clone());
     // Last: what hooks spooled while no daemon ran goes through everything above.
     let spool = crate::spool::drain::SpoolDrain::start(
         store.clone(),
@@ -196,6 +199,7 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
         retention,
         spool,
         http,
+        search,
         stats: Default::default(),
         started,
         agents: Default::default(),

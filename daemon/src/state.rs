@@ -45,6 +45,8 @@ pub struct DaemonState {
     pub(crate) spool: Arc<crate::spool::drain::SpoolDrain>,
     /// The HTTP listener (OTLP receiver).
     pub(crate) http: Arc<crate::http::HttpListener>,
+    /// The full-text search index.
+    pub(crate) search: Arc<crate::search::Search>,
     pub stats: ServerStats,
     pub memory: MemoryBudget,
     pub slots: Arc<crate::slots::Slots>,

@@ -103,6 +103,10 @@ impl Client {
         self.runtime.block_on(self.inner.stats())
     }
 
+    pub fn search(&self, params: &SearchParams) -> Result<SearchResult, Error> {
+        self.runtime.block_on(self.inner.search(params))
+    }
+
     pub fn checkpoint_request(
         &self,
         params: &CheckpointRequestParams,

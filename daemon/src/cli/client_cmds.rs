@@ -508,7 +508,7 @@ pub fn stats(args: StatsArgs) -> anyhow::Result<ExitCode> {
             bail!("unexpected stats reply: {stats}")
         };
         for (key, value) in map {
-            if key == "plugins" || key == "relay" || key == "spool" {
+            if key == "plugins" || key == "relay" || key == "spool" || key == "search" {
                 continue; // printed below
             }
             let shown = match (key.as_str(), value.as_u64()) {
@@ -526,6 +526,22 @@ pub fn stats(args: StatsArgs) -> anyhow::Result<ExitCode> {
             && let Ok(s) = serde_json::from_value::<SpoolStats>(spool.clone())
         {
             println!("{:<22} {}", "spool", spool_line(&s));
+        }
+        if let Some(search) = map.get("search")
+            && let Ok(s) =
+                serde_json::from_value::<dstream_sdk::protocol::SearchStats>(search.clone())
+        {
+            let state = if s.enabled { "on" } else { "off" };
+            println!(
+                "{:<22} {state}, {} events indexed, {} behind, {}{}",
+                "search",
+                s.indexed_events,
+                s.behind_by,
+                output::bytes(s.index_bytes),
+                s.last_error
+                    .map(|e| format!(", last error: {e}"))
+                    .unwrap_or_default()
+            );
         }
         if let Some(relay) = map.get("relay")
             && let Ok(t) =

@@ -13,6 +13,7 @@ mod lifecycle_cmds;
 mod output;
 mod plugins_cmd;
 mod relay_cmd;
+mod search_cmd;
 mod service;
 mod start;
 mod tail_view;
@@ -53,6 +54,10 @@ enum Command {
     /// What the model calls cost: tokens and dollars by day, week, month, session, model,
     /// project or agent.
     Usage(usage_cmd::UsageArgs),
+    /// Find events across sessions by their text (prompts, replies, commands, paths, output).
+    Search(search_cmd::SearchArgs),
+    /// Drop the search index and build it again from the logs.
+    Reindex(search_cmd::ReindexArgs),
     /// Move a quarantined session's damage aside and take appends again.
     Repair(client_cmds::RepairArgs),
     /// Compress a session's log now (zstd; every read stays the same).
@@ -134,6 +139,8 @@ pub fn main() -> ExitCode {
         Command::Query(args) => client_cmds::query(args),
         Command::Stats(args) => client_cmds::stats(args),
         Command::Usage(args) => usage_cmd::run(args),
+        Command::Search(args) => search_cmd::search(args),
+        Command::Reindex(args) => search_cmd::reindex(args),
         Command::Repair(args) => client_cmds::repair(args),
         Command::Compress(args) => client_cmds::compress(args),
         Command::Fork(args) => lifecycle_cmds::fork(args),

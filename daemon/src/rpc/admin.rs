@@ -101,6 +101,7 @@ pub(super) fn stats(state: &DaemonState) -> RpcResult {
         relay: state.relay.totals(),
         spool: state.spool.stats(&state.config().data_dir()),
         http: state.http.stats(),
+        search: state.search.stats(),
     })
 }
 

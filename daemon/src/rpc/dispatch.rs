@@ -89,5 +89,7 @@ pub async fn dispatch(
             Err(e) => now(Err(e)),
         },
         Method::PluginsReload => now(admin::plugins_reload(state).await),
+        Method::Search => now(crate::rpc::search::search(state, raw).await),
+        Method::Reindex => now(crate::rpc::search::reindex(state).await),
     }
 }

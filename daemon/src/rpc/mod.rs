@@ -1,7 +1,7 @@
 //! The JSON-RPC methods, one area a file: [`wire`] checks frames and encodes replies,
 //! [`dispatch`] hands each request to its handler: [`sessions`] (read, query, subscribe,
 //! `sessions.*`), [`append`] (`append`, `ingest`), [`checkpoints`] (`checkpoint.*`) and
-//! [`admin`] (`hello`, `stats`, `repair`, `relay.*`, `plugins.*`), [`lifecycle`] (`fork`), [`retention`] (`gc`). [`caller`] is what they
+//! [`admin`] (`hello`, `stats`, `repair`, `relay.*`, `plugins.*`), [`lifecycle`] (`fork`), [`retention`] (`gc`), [`search`] (`search`, `reindex`). [`caller`] is what they
 //! know of the client; [`storable`] refuses JSON that readers could not parse.
 
 mod admin;
@@ -11,6 +11,7 @@ mod checkpoints;
 mod dispatch;
 mod lifecycle;
 mod retention;
+mod search;
 mod sessions;
 mod storable;
 mod usage;

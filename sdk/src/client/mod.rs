@@ -346,6 +346,16 @@ impl Client {
         self.call(methods::BUDGETS, &serde_json::json!({})).await
     }
 
+    /// Events across sessions whose text matches `params.query`, best first.
+    pub async fn search(&self, params: &SearchParams) -> Result<SearchResult, Error> {
+        self.call(methods::SEARCH, params).await
+    }
+
+    /// Drops the search index and builds it again from the logs; answers when it is done.
+    pub async fn reindex(&self) -> Result<ReindexResult, Error> {
+        self.call(methods::REINDEX, &json!({})).await
+    }
+
     /// Opens a checkpoint (or finds the one `params.key` already has) once it is durable.
     pub async fn checkpoint_request(
         &self,

@@ -65,6 +65,9 @@ pub mod codes {
     /// The session was deleted (by retention); `data` says when (`deleted_at_ms`) and why
     /// (`reason`). Its id takes no appends.
     pub const SESSION_GONE: i64 = -32017;
+    /// `search` or `reindex` while search is off (`[search] enabled = false`), or its index
+    /// cannot be opened; the message says which.
+    pub const SEARCH_UNAVAILABLE: i64 = -32018;
 }
 
 /// Declares the method names once: a constant each in [`methods`], and the [`Method`] enum
@@ -157,6 +160,10 @@ methods! {
     Usage = USAGE = "usage";
     /// `budgets`: each configured budget and what its current period has spent.
     Budgets = BUDGETS = "budgets";
+    /// `search`: events across sessions by their text, ranked, with snippets.
+    Search = SEARCH = "search";
+    /// `reindex`: drops the search index and builds it again from the logs.
+    Reindex = REINDEX = "reindex";
 }
 
 impl std::fmt::Display for Method {
@@ -264,10 +271,12 @@ macro_rules! words {
 }
 
 mod agent;
+mod search;
 mod session;
 mod status;
 
 pub use agent::*;
+pub use search::*;
 pub use session::*;
 pub use status::*;
 

@@ -50,6 +50,9 @@ pub struct StatsResult {
     /// The HTTP listener (the OTLP receiver).
     #[serde(default)]
     pub http: HttpStats,
+    /// The full-text search index.
+    #[serde(default)]
+    pub search: SearchStats,
 }
 
 /// The HTTP listener, in `stats`.

@@ -29,6 +29,8 @@ mod reference;
 mod relay;
 #[path = "bench/rpc.rs"]
 mod rpc;
+#[path = "bench/search.rs"]
+mod search;
 #[path = "bench/stats.rs"]
 mod stats;
 
@@ -163,6 +165,7 @@ const SCENARIOS: &[&str] = &[
     "ffi",
     "many",
     "big",
+    "search",
     "relay",
 ];
 
@@ -272,6 +275,9 @@ fn run() -> Result<()> {
         if wants("big") {
             b.dstream_big(bin)?;
         }
+        if wants("search") {
+            b.dstream_search(bin)?;
+        }
     }
     if let Some(bin) = r.filter(|_| wants("big")) {
         b.reference_big(bin)?;
@@ -360,6 +366,12 @@ struct Bench<'a> {
 }
 
 impl Bench<'_> {
+    /// Every scenario, in the order that keeps the comparisons fair.
+    /// The search index: catch-up rate, size, query latency, appends with and without it.
+    fn dstream_search(&mut self, bin: &Path) -> Result<()> {
+        search::run(bin, &self.tmp_root, self.o.events, &mut self.ours)
+    }
+
     fn dstream(&self, bin: &Path, prefix: &str) -> Result<(tempfile::TempDir, DstreamSetup)> {
         let dir = tempdir(&self.tmp_root, prefix)?;
         let setup = DstreamSetup {
@@ -1442,6 +1454,60 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
         get(ours, "otlp/records_s"),
         None,
         Better::Higher,
+    );
+    let events = thousands(o.events);
+    let corpus = format!(
+        "{events} events with text (prompts, commands, output; words Zipf-distributed over {} distinct), 16 sessions",
+        thousands(search::VOCABULARY)
+    );
+    t.add(
+        format!("search index: catch-up from the logs after a start, events/s ({corpus})"),
+        get(ours, "search/catchup"),
+        None,
+        Better::Higher,
+    );
+    t.add(
+        "search index: events/s indexed while a bulk load runs (from its first append until the index holds its last)",
+        get(ours, "search/live_rate"),
+        None,
+        Better::Higher,
+    );
+    t.add(
+        "search index: ms after the bulk load's last append until it is searchable",
+        get(ours, "search/drain_ms"),
+        None,
+        Better::Lower,
+    );
+    t.add(
+        "bulk append events/s with the search index on (reference column: the same load with it off)",
+        get(ours, "search/append_on"),
+        get(ours, "search/append_off"),
+        Better::Higher,
+    );
+    t.add(
+        "search index bytes / log bytes",
+        get(ours, "search/size_ratio"),
+        None,
+        Better::Lower,
+    );
+    t.add(
+        format!("`search` of one word, p50 ms over {events} indexed events (words drawn uniformly from the vocabulary; limit 20, snippets included)"),
+        get(ours, "search/p50"),
+        None,
+        Better::Lower,
+    );
+    t.add("… p99 ms", get(ours, "search/p99"), None, Better::Lower);
+    t.add(
+        "`search` of one of the 10 commonest words (each in a large share of the events), p50 ms",
+        get(ours, "search/common_p50"),
+        None,
+        Better::Lower,
+    );
+    t.add(
+        "… p99 ms",
+        get(ours, "search/common_p99"),
+        None,
+        Better::Lower,
     );
     for threads in [1, 16] {
         t.add(

@@ -1,0 +1,450 @@
+//! The index file, `<data_dir>/search/index.sqlite`: an SQLite FTS5 table that stores no text
+//! (`content=''`), only the terms and their positions, plus a small row per event (time, type)
+//! and per session (its name and how far it is indexed). A document's rowid is the session's
+//! number and the event's LSN in one integer, so a session's documents are one rowid range.
+//!
+//! It is a cache derived from the logs: opened with a quick check, and deleted and created
+//! anew whenever it cannot be opened, fails the check, has another schema version, or reports
+//! damage later. Writes are batched in transactions; each batch records the sessions' indexed
+//! LSNs in the same transaction as their documents, so a crash neither loses nor doubles one.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+
+/// Bumped whenever the schema or what is indexed changes: an older file is rebuilt.
+const SCHEMA_VERSION: i64 = 1;
+/// LSNs take the low bits of a document's rowid; the session's number the rest.
+const LSN_BITS: u32 = 40;
+pub const MAX_LSN: u64 = (1 << LSN_BITS) - 1;
+
+const SCHEMA: &str = "
+    CREATE TABLE sessions(sid INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE,
+                          indexed_lsn INTEGER NOT NULL);
+    CREATE TABLE types(tid INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+    CREATE TABLE docs(id INTEGER PRIMARY KEY, ts INTEGER NOT NULL, tid INTEGER NOT NULL);
+    CREATE VIRTUAL TABLE fts USING fts5(text, content='', contentless_delete=1);
+";
+
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    #[error("search index: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("search index: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("search index failed its check: {0}")]
+    Damaged(String),
+}
+
+impl IndexError {
+    /// The file is damaged (or not a database at all): rebuild it rather than retry.
+    pub fn is_damage(&self) -> bool {
+        use rusqlite::ErrorCode::{DatabaseCorrupt, NotADatabase};
+        match self {
+            IndexError::Damaged(_) => true,
+            IndexError::Sqlite(e) => {
+                matches!(e.sqlite_error_code(), Some(DatabaseCorrupt | NotADatabase))
+            }
+            IndexError::Io(_) => false,
+        }
+    }
+}
+
+/// One event to index.
+pub struct Doc {
+    pub sid: i64,
+    pub lsn: u64,
+    pub timestamp: u64,
+    pub event_type: String,
+    pub text: String,
+}
+
+pub fn doc_id(sid: i64, lsn: u64) -> i64 {
+    (sid << LSN_BITS) | lsn as i64
+}
+
+/// The LSN range of one session's documents, as rowids.
+pub fn session_range(sid: i64) -> (i64, i64) {
+    (doc_id(sid, 0), doc_id(sid, MAX_LSN))
+}
+
+pub fn split_id(id: i64) -> (i64, u64) {
+    (id >> LSN_BITS, (id as u64) & MAX_LSN)
+}
+
+/// The files of the index at `dir`: the database and SQLite's WAL and shared-memory files.
+pub fn files(dir: &Path) -> [PathBuf; 3] {
+    let db = dir.join("index.sqlite");
+    [
+        db.with_extension("sqlite-wal"),
+        db.with_extension("sqlite-shm"),
+        db,
+    ]
+}
+
+pub fn db_path(dir: &Path) -> PathBuf {
+    dir.join("index.sqlite")
+}
+
+/// The index bytes on disk (database and WAL).
+pub fn bytes_on_disk(dir: &Path) -> u64 {
+    files(dir)
+        .iter()
+        .filter_map(|f| std::fs::metadata(f).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+/// The one writer of the index (the observer's thread).
+pub struct Writer {
+    conn: Connection,
+    types: HashMap<String, i64>,
+}
+
+impl Writer {
+    /// Opens the index at `dir`, or creates it anew when it is missing, unreadable, damaged or
+    /// of another version; the second value says why it was rebuilt, if it was.
+    pub fn open(dir: &Path) -> Result<(Writer, Option<String>), IndexError> {
+        std::fs::create_dir_all(dir)?;
+        let existed = db_path(dir).exists();
+        match Writer::open_existing(dir) {
+            Ok(w) => Ok((w, None)),
+            Err(e) if e.is_damage() || matches!(e, IndexError::Sqlite(_)) => {
+                let why = existed.then(|| e.to_string());
+                Ok((Writer::create(dir)?, why))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Deletes the index's files and creates an empty index.
+    pub fn create(dir: &Path) -> Result<Writer, IndexError> {
+        std::fs::create_dir_all(dir)?;
+        for f in files(dir) {
+            match std::fs::remove_file(&f) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                _ => {}
+            }
+        }
+        let conn = connect(dir, true)?;
+        conn.execute_batch(&format!(
+            "BEGIN; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+        ))?;
+        Ok(Writer {
+            conn,
+            types: HashMap::new(),
+        })
+    }
+
+    fn open_existing(dir: &Path) -> Result<Writer, IndexError> {
+        let conn = connect(dir, false)?;
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if version != SCHEMA_VERSION {
+            return Err(IndexError::Damaged(format!(
+                "schema version {version}, not {SCHEMA_VERSION}"
+            )));
+        }
+        let check: String = conn.query_row("PRAGMA quick_check(1)", [], |r| r.get(0))?;
+        if check != "ok" {
+            return Err(IndexError::Damaged(check));
+        }
+        // FTS5's own structure is checked by its integrity-check; the b-trees by quick_check.
+        conn.execute(
+            "INSERT INTO fts(fts, rank) VALUES('integrity-check', 0)",
+            [],
+        )
+        .map_err(|e| IndexError::Damaged(e.to_string()))?;
+        let mut types = HashMap::new();
+        {
+            let mut stmt = conn.prepare("SELECT name, tid FROM types")?;
+            let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get(1)?)))?;
+            for row in rows {
+                let (name, tid) = row?;
+                types.insert(name, tid);
+            }
+        }
+        Ok(Writer { conn, types })
+    }
+
+    /// Every session the index knows: number, name, indexed LSN.
+    pub fn sessions(&self) -> Result<Vec<(i64, String, u64)>, IndexError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT sid, name, indexed_lsn FROM sessions")?;
+        let rows = stmt.query_map([], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)? as u64))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Numbers a session the index has not seen.
+    pub fn add_session(&mut self, name: &str) -> Result<i64, IndexError> {
+        self.conn.execute(
+            "INSERT INTO sessions(name, indexed_lsn) VALUES (?1, 0)",
+            params![name],
+        )?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    /// Stores `docs` and the sessions' new indexed LSNs in one transaction.
+    pub fn write(&mut self, docs: &[Doc], marks: &[(i64, u64)]) -> Result<(), IndexError> {
+        let tx = self.conn.transaction()?;
+        {
+            let mut fts = tx.prepare_cached("INSERT INTO fts(rowid, text) VALUES (?1, ?2)")?;
+            let mut row = tx.prepare_cached("INSERT INTO docs(id, ts, tid) VALUES (?1, ?2, ?3)")?;
+            for d in docs {
+                let tid = match self.types.get(&d.event_type) {
+                    Some(&tid) => tid,
+                    None => {
+                        tx.execute("INSERT INTO types(name) VALUES (?1)", [&d.event_type])?;
+                        let tid = tx.last_insert_rowid();
+                        self.types.insert(d.event_type.clone(), tid);
+                        tid
+                    }
+                };
+                let id = doc_id(d.sid, d.lsn);
+                fts.execute(params![id, d.text])?;
+                row.execute(params![id, d.timestamp as i64, tid])?;
+            }
+            let mut mark =
+                tx.prepare_cached("UPDATE sessions SET indexed_lsn = ?2 WHERE sid = ?1")?;
+            for &(sid, lsn) in marks {
+                mark.execute(params![sid, lsn as i64])?;
+            }
+        }
+        if let Err(e) = tx.commit() {
+            // The transaction rolled back: forget the types it added.
+            self.types.clear();
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    /// Removes a session's documents above `lsn` (all of them for 0) and sets its indexed LSN
+    /// to `lsn`; with `forget`, the session too. Returns how many documents went.
+    pub fn remove(&mut self, sid: i64, lsn: u64, forget: bool) -> Result<u64, IndexError> {
+        let (lo, hi) = (doc_id(sid, lsn + 1), session_range(sid).1);
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "DELETE FROM fts WHERE rowid IN (SELECT id FROM docs WHERE id BETWEEN ?1 AND ?2)",
+            params![lo, hi],
+        )?;
+        let n = tx.execute(
+            "DELETE FROM docs WHERE id BETWEEN ?1 AND ?2",
+            params![lo, hi],
+        )?;
+        if forget {
+            tx.execute("DELETE FROM sessions WHERE sid = ?1", [sid])?;
+        } else {
+            tx.execute(
+                "UPDATE sessions SET indexed_lsn = ?2 WHERE sid = ?1",
+                params![sid, lsn as i64],
+            )?;
+        }
+        tx.commit()?;
+        Ok(n as u64)
+    }
+
+    /// Documents in the index.
+    pub fn doc_count(&self) -> Result<u64, IndexError> {
+        let n: i64 = self
+            .conn
+            .query_row("SELECT count(*) FROM docs", [], |r| r.get(0))?;
+        Ok(n as u64)
+    }
+}
+
+fn connect(dir: &Path, create: bool) -> Result<Connection, IndexError> {
+    let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    if create {
+        flags |= OpenFlags::SQLITE_OPEN_CREATE;
+    }
+    let conn = Connection::open_with_flags(db_path(dir), flags)?;
+    // A derived cache: a crash may lose the last batches (they are indexed again from the
+    // logs), never the file's consistency, which WAL keeps.
+    conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;")?;
+    Ok(conn)
+}
+
+/// A connection for queries (several may read while the writer writes).
+pub fn reader(dir: &Path) -> Result<Connection, IndexError> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(db_path(dir), flags)?;
+    conn.execute_batch("PRAGMA query_only = 1;")?;
+    Ok(conn)
+}
+
+/// What narrows a query, besides its words.
+#[derive(Debug, Default, Clone)]
+pub struct Filter {
+    pub session: Option<String>,
+    pub type_prefix: Option<String>,
+    pub since_ms: Option<u64>,
+}
+
+/// One hit, best first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub session: String,
+    pub lsn: u64,
+    pub timestamp: u64,
+    pub event_type: String,
+    /// Higher is better (FTS5's bm25, negated).
+    pub score: f64,
+}
+
+/// Why a query failed: its syntax (the user's to fix), or the index.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    #[error("{0}")]
+    Syntax(String),
+    #[error(transparent)]
+    Index(#[from] IndexError),
+}
+
+/// Matches ranked per query, at most: the latest this many (by session number, then LSN) of
+/// a query that matches more. bm25 costs a lookup per match, so a word in half of a million
+/// events would otherwise take a second; this bounds every query's ranking work.
+pub const RANK_WINDOW: usize = 20_000;
+
+/// The best `limit` documents matching the FTS5 query `fts`, ranked among the latest
+/// [`RANK_WINDOW`] matches.
+pub fn query(
+    conn: &Connection,
+    fts: &str,
+    filter: &Filter,
+    limit: usize,
+) -> Result<Vec<Row>, QueryError> {
+    // Inner: walk the matches newest rowid first (FTS5 iterates rowids in either order and
+    // stops at the LIMIT), with the filters that need the event's row; outer: rank those, then
+    // name the best few.
+    let mut inner = String::from("SELECT fts.rowid AS id, bm25(fts) AS score FROM fts");
+    if filter.type_prefix.is_some() || filter.since_ms.is_some() {
+        inner += " JOIN docs d ON d.id = fts.rowid JOIN types t ON t.tid = d.tid";
+    }
+    inner += " WHERE fts MATCH ?1";
+    let mut args: Vec<rusqlite::types::Value> = vec![fts.to_string().into()];
+    if let Some(name) = &filter.session {
+        let sid: Option<i64> = conn
+            .query_row("SELECT sid FROM sessions WHERE name = ?1", [name], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(IndexError::from)?;
+        let Some(sid) = sid else {
+            return Ok(Vec::new());
+        };
+        let (lo, hi) = session_range(sid);
+        inner += &format!(
+            " AND fts.rowid BETWEEN ?{} AND ?{}",
+            args.len() + 1,
+            args.len() + 2
+        );
+        args.extend([lo.into(), hi.into()]);
+    }
+    if let Some(since) = filter.since_ms {
+        inner += &format!(" AND d.ts >= ?{}", args.len() + 1);
+        args.push((since as i64).into());
+    }
+    if let Some(prefix) = &filter.type_prefix {
+        let n = args.len() + 1;
+        inner += &format!(" AND substr(t.name, 1, length(?{n})) = ?{n}");
+        args.push(prefix.clone().into());
+    }
+    inner += &format!(" ORDER BY fts.rowid DESC LIMIT {RANK_WINDOW}");
+    let sql = format!(
+        "SELECT m.id, m.score, d.ts, t.name, s.name FROM \
+         (SELECT id, score FROM ({inner}) ORDER BY score, id DESC LIMIT {limit}) m \
+         JOIN docs d ON d.id = m.id JOIN types t ON t.tid = d.tid \
+         JOIN sessions s ON s.sid = (m.id >> 40) ORDER BY m.score, m.id DESC"
+    );
+    // The SQL is fixed and known good: a plain SQLITE_ERROR comes from FTS5 parsing the
+    // user's query ("fts5: syntax error near …", "unterminated string", …). Damage and I/O
+    // have codes of their own.
+    let syntax = |e: rusqlite::Error| match &e {
+        rusqlite::Error::SqliteFailure(f, Some(m)) if f.code == rusqlite::ErrorCode::Unknown => {
+            QueryError::Syntax(m.clone())
+        }
+        _ => QueryError::Index(e.into()),
+    };
+    let mut stmt = conn.prepare_cached(&sql).map_err(syntax)?;
+    let rows = stmt
+        .query_map(rusqlite::params_from_iter(args), |r| {
+            let (_, lsn) = split_id(r.get(0)?);
+            Ok(Row {
+                lsn,
+                score: -r.get::<_, f64>(1)?,
+                timestamp: r.get::<_, i64>(2)? as u64,
+                event_type: r.get(3)?,
+                session: r.get(4)?,
+            })
+        })
+        .map_err(syntax)?;
+    rows.collect::<Result<Vec<_>, _>>().map_err(syntax)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc(sid: i64, lsn: u64, t: &str, text: &str) -> Doc {
+        Doc {
+            sid,
+            lsn,
+            timestamp: lsn * 10,
+            event_type: t.into(),
+            text: text.into(),
+        }
+    }
+
+    #[test]
+    fn documents_are_found_filtered_removed_and_a_damaged_file_is_rebuilt() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut w, why) = Writer::open(dir.path()).unwrap();
+        assert_eq!(why, None);
+        let a = w.add_session("a").unwrap();
+        let b = w.add_session("b").unwrap();
+        w.write(
+            &[
+                doc(a, 1, "user.input", "find the needle"),
+                doc(a, 2, "execution.tool_use", "grep needle src/x.txt"),
+                doc(b, 7, "user.input", "no match here"),
+            ],
+            &[(a, 2), (b, 7)],
+        )
+        .unwrap();
+        let r = reader(dir.path()).unwrap();
+        let hits = query(&r, "needle", &Filter::default(), 10).unwrap();
+        assert_eq!(hits.len(), 2);
+        assert!(hits.iter().all(|h| h.session == "a"));
+        let f = Filter {
+            type_prefix: Some("execution.".into()),
+            ..Filter::default()
+        };
+        let hits = query(&r, "\"x.txt\"", &f, 10).unwrap();
+        assert_eq!((hits[0].lsn, hits[0].timestamp), (2, 20));
+        let f = Filter {
+            session: Some("b".into()),
+            since_ms: Some(70),
+            ..Filter::default()
+        };
+        assert_eq!(query(&r, "match", &f, 10).unwrap()[0].lsn, 7);
+        assert!(matches!(
+            query(&r, "needle AND", &f, 10),
+            Err(QueryError::Syntax(_))
+        ));
+        assert_eq!(w.remove(a, 1, false).unwrap(), 1);
+        assert_eq!(
+            query(&r, "needle", &Filter::default(), 10).unwrap().len(),
+            1
+        );
+        assert_eq!(w.sessions().unwrap()[0], (a, "a".to_string(), 1));
+        assert_eq!(w.doc_count().unwrap(), 2);
+        drop((w, r));
+        std::fs::write(db_path(dir.path()), b"garbage, not a database").unwrap();
+        let (w, why) = Writer::open(dir.path()).unwrap();
+        assert!(why.is_some());
+        assert_eq!(w.doc_count().unwrap(), 0);
+    }
+}

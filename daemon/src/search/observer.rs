@@ -1,0 +1,498 @@
+//! The indexing thread, `dstream-search`: it follows the hub's committed events and writes
+//! them to the index in batched transactions, off the append path (the commit thread never
+//! waits for it; when it falls behind the hub's ring it is told it lagged and reads the logs).
+//!
+//! At start, after a lag, after a gap in a session's LSNs and after a rebuild, it catches up
+//! every session whose committed LSN is above its indexed one by reading its log in pages. Each
+//! batch records the sessions' indexed LSNs with their documents, so after a crash the index
+//! resumes exactly where its last transaction ended. Sessions the store no longer has (deleted
+//! by retention) leave the index at start, at a rebuild and at each sweep.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::hub::{Committed, Hub, HubReader, Lagged};
+use crate::search::extract::extract;
+use crate::search::index::{Doc, IndexError, MAX_LSN, Writer};
+use crate::store::{EventJson, Session, Store};
+
+/// A batch is written once it holds this many events or bytes of text, or has waited
+/// [`LINGER`]: large enough to keep up with bursts, small enough to bound memory.
+const BATCH_EVENTS: usize = 4096;
+const BATCH_BYTES: usize = 8 << 20;
+const LINGER: Duration = Duration::from_millis(50);
+/// Log pages read per catch-up step.
+const PAGE_EVENTS: usize = 1024;
+const PAGE_BYTES: usize = 4 << 20;
+/// How often sessions deleted by retention are looked for.
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+/// After an error that is not damage (a full disk), wait this long before trying again.
+const RETRY_AFTER: Duration = Duration::from_secs(2);
+
+/// What the observer shares with the queries and `stats`.
+#[derive(Default)]
+pub struct Shared {
+    /// Bumped when the index file is created anew, so queries reopen it.
+    pub generation: AtomicU64,
+    /// Documents in the index.
+    pub indexed_events: AtomicU64,
+    /// Each session's indexed LSN.
+    pub indexed: Mutex<HashMap<String, u64>>,
+    pub last_error: Mutex<Option<String>>,
+    /// Set to stop: a long catch-up checks it between pages.
+    pub stopping: AtomicBool,
+}
+
+impl Shared {
+    fn error(&self, e: &dyn std::fmt::Display) {
+        tracing::warn!(error = %e, "search index");
+        *self.last_error.lock().unwrap() = Some(e.to_string());
+    }
+}
+
+/// What `reindex` reports.
+#[derive(Debug, Clone, Copy)]
+pub struct Reindexed {
+    pub sessions: u64,
+    pub events: u64,
+    pub elapsed_ms: u64,
+}
+
+pub enum Command {
+    Reindex(oneshot::Sender<Result<Reindexed, String>>),
+}
+
+/// Starts the thread; it stops when `stopping` is set and the command sender is dropped.
+pub fn spawn(
+    store: Store,
+    hub: &Arc<Hub>,
+    dir: PathBuf,
+    shared: Arc<Shared>,
+    rt: tokio::runtime::Handle,
+) -> std::io::Result<(std::thread::JoinHandle<()>, mpsc::UnboundedSender<Command>)> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    // Subscribed before the first catch-up: whatever commits meanwhile arrives here.
+    let reader = hub.subscribe();
+    let observer = Observer {
+        store,
+        dir,
+        shared,
+        ix: None,
+        sessions: HashMap::new(),
+        docs: Vec::new(),
+        bytes: 0,
+        marks: HashMap::new(),
+        dirty: HashSet::new(),
+        dirty_all: true,
+    };
+    let handle = std::thread::Builder::new()
+        .name("dstream-search".into())
+        .spawn(move || {
+            lower_priority();
+            observer.run(reader, rx, rt)
+        })?;
+    Ok((handle, tx))
+}
+
+/// The index must never slow appends: on a busy machine this thread gets the CPU time the
+/// commit thread and the socket workers leave, and catches up when they are idle.
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: gettid and setpriority take no pointers; on Linux a thread's nice value is its own.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, 10);
+    }
+}
+
+struct Entry {
+    sid: i64,
+    /// Indexed in the file (committed transactions).
+    indexed: u64,
+    /// The next LSN to index, counting the batch not yet written.
+    next: u64,
+}
+
+struct Observer {
+    store: Store,
+    dir: PathBuf,
+    shared: Arc<Shared>,
+    ix: Option<Writer>,
+    sessions: HashMap<String, Entry>,
+    /// The batch being gathered, and the indexed LSN it brings each session (by number) to.
+    docs: Vec<Doc>,
+    bytes: usize,
+    marks: HashMap<i64, u64>,
+    /// Sessions to catch up from their logs; all of them.
+    dirty: HashSet<String>,
+    dirty_all: bool,
+}
+
+enum Wake {
+    Events,
+    Idle,
+    Command(Command),
+    Stop,
+}
+
+impl Observer {
+    fn run(
+        mut self,
+        mut reader: HubReader,
+        mut commands: mpsc::UnboundedReceiver<Command>,
+        rt: tokio::runtime::Handle,
+    ) {
+        let mut items = Vec::new();
+        let mut last_sweep = Instant::now();
+        loop {
+            if self.shared.stopping.load(Ordering::Relaxed) {
+                break;
+            }
+            if let Err(e) = self.ensure_open().and_then(|()| self.catch_up()) {
+                self.failed(e);
+                if matches!(rt.block_on(idle(&mut commands, RETRY_AFTER)), Wake::Stop) {
+                    break;
+                }
+                continue;
+            }
+            let wake = rt.block_on(collect(&mut reader, &mut commands, &mut items));
+            for item in items.drain(..) {
+                if let Err(e) = self.take(item) {
+                    self.failed(e);
+                }
+            }
+            if let Err(e) = self.flush() {
+                self.failed(e);
+            }
+            match wake {
+                Wake::Stop => break,
+                Wake::Command(Command::Reindex(reply)) => {
+                    let _ = reply.send(self.reindex().map_err(|e| {
+                        self.shared.error(&e);
+                        e.to_string()
+                    }));
+                }
+                Wake::Events | Wake::Idle => {}
+            }
+            if last_sweep.elapsed() >= SWEEP_EVERY {
+                last_sweep = Instant::now();
+                if let Err(e) = self.sweep() {
+                    self.failed(e);
+                }
+            }
+        }
+        tracing::debug!("search indexing stopped");
+    }
+
+    fn ensure_open(&mut self) -> Result<(), IndexError> {
+        if self.ix.is_some() {
+            return Ok(());
+        }
+        let (ix, rebuilt) = Writer::open(&self.dir)?;
+        if let Some(why) = rebuilt {
+            tracing::warn!(reason = %why, "the search index was damaged; rebuilding it from the logs");
+            self.shared.error(&format!("rebuilt at start: {why}"));
+        }
+        self.load(ix)
+    }
+
+    /// Takes `ix` as the index and its sessions as the starting point.
+    fn load(&mut self, ix: Writer) -> Result<(), IndexError> {
+        self.sessions.clear();
+        let mut shared = HashMap::new();
+        for (sid, name, indexed) in ix.sessions()? {
+            shared.insert(name.clone(), indexed);
+            self.sessions.insert(
+                name,
+                Entry {
+                    sid,
+                    indexed,
+                    next: indexed + 1,
+                },
+            );
+        }
+        self.shared
+            .indexed_events
+            .store(ix.doc_count()?, Ordering::Relaxed);
+        *self.shared.indexed.lock().unwrap() = shared;
+        self.shared.generation.fetch_add(1, Ordering::Relaxed);
+        self.ix = Some(ix);
+        self.dirty_all = true;
+        self.sweep()
+    }
+
+    /// An error: a damaged file is rebuilt from the logs; anything else drops the batch and
+    /// catches up from the logs at the next turn.
+    fn failed(&mut self, e: IndexError) {
+        self.shared.error(&e);
+        self.docs.clear();
+        self.marks.clear();
+        self.bytes = 0;
+        for entry in self.sessions.values_mut() {
+            entry.next = entry.indexed + 1;
+        }
+        self.dirty_all = true;
+        if e.is_damage() {
+            self.ix = None;
+            match Writer::create(&self.dir).and_then(|ix| self.load(ix)) {
+                Ok(()) => {
+                    tracing::warn!("the search index was damaged; rebuilding it from the logs")
+                }
+                Err(e) => {
+                    self.ix = None;
+                    self.shared.error(&e);
+                }
+            }
+        }
+    }
+
+    fn reindex(&mut self) -> Result<Reindexed, IndexError> {
+        let started = Instant::now();
+        self.ix = None;
+        self.docs.clear();
+        self.marks.clear();
+        self.bytes = 0;
+        let ix = Writer::create(&self.dir)?;
+        self.load(ix)?;
+        self.catch_up()?;
+        Ok(Reindexed {
+            sessions: self.sessions.len() as u64,
+            events: self.shared.indexed_events.load(Ordering::Relaxed),
+            elapsed_ms: started.elapsed().as_millis() as u64,
+        })
+    }
+
+    fn ix(&mut self) -> Result<&mut Writer, IndexError> {
+        self.ix
+            .as_mut()
+            .ok_or_else(|| IndexError::Io(std::io::Error::other("the index is not open")))
+    }
+
+    /// The session's entry, numbering it in the index when new.
+    fn entry(&mut self, name: &str) -> Result<&mut Entry, IndexError> {
+        if !self.sessions.contains_key(name) {
+            let sid = self.ix()?.add_session(name)?;
+            self.sessions.insert(
+                name.to_string(),
+                Entry {
+                    sid,
+                    indexed: 0,
+                    next: 1,
+                },
+            );
+        }
+        Ok(self.sessions.get_mut(name).expect("just inserted"))
+    }
+
+    /// One event from the hub: indexed when it is the session's next, else its session is
+    /// caught up from the log at the next turn.
+    fn take(&mut self, item: Result<Arc<Committed>, Lagged>) -> Result<(), IndexError> {
+        let c = match item {
+            Ok(c) => c,
+            Err(Lagged) => {
+                self.dirty_all = true;
+                return Ok(());
+            }
+        };
+        if self.dirty_all || self.dirty.contains(&*c.session) {
+            return Ok(());
+        }
+        let entry = self.entry(&c.session)?;
+        let (sid, next) = (entry.sid, entry.next);
+        if c.event.lsn < next {
+            return Ok(());
+        }
+        if c.event.lsn > next {
+            self.dirty.insert(c.session.to_string());
+            return Ok(());
+        }
+        self.add(sid, &c.event);
+        self.entry(&c.session)?.next = c.event.lsn + 1;
+        if self.docs.len() >= BATCH_EVENTS || self.bytes >= BATCH_BYTES {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Adds one event to the batch (a document when it has text).
+    fn add(&mut self, sid: i64, event: &EventJson) {
+        let mut json = Vec::with_capacity(event.len());
+        event.write_to(&mut json);
+        self.marks.insert(sid, event.lsn);
+        let Some(e) = extract(&json) else { return };
+        if e.text.is_empty() || e.lsn > MAX_LSN {
+            return;
+        }
+        self.bytes += e.text.len();
+        self.docs.push(Doc {
+            sid,
+            lsn: e.lsn,
+            timestamp: e.timestamp,
+            event_type: e.event_type,
+            text: e.text,
+        });
+    }
+
+    /// Writes the batch in one transaction.
+    fn flush(&mut self) -> Result<(), IndexError> {
+        if self.marks.is_empty() {
+            return Ok(());
+        }
+        let marks: Vec<(i64, u64)> = self.marks.iter().map(|(&s, &l)| (s, l)).collect();
+        let docs = std::mem::take(&mut self.docs);
+        let result = self.ix()?.write(&docs, &marks);
+        self.marks.clear();
+        self.bytes = 0;
+        result?;
+        self.shared
+            .indexed_events
+            .fetch_add(docs.len() as u64, Ordering::Relaxed);
+        let by_sid: HashMap<i64, u64> = marks.into_iter().collect();
+        let mut shared = self.shared.indexed.lock().unwrap();
+        for (name, entry) in &mut self.sessions {
+            if let Some(&lsn) = by_sid.get(&entry.sid) {
+                entry.indexed = lsn;
+                shared.insert(name.clone(), lsn);
+            }
+        }
+        Ok(())
+    }
+
+    /// Indexes what the logs hold beyond each dirty session's indexed LSN.
+    fn catch_up(&mut self) -> Result<(), IndexError> {
+        if !self.dirty_all && self.dirty.is_empty() {
+            return Ok(());
+        }
+        self.flush()?;
+        let sessions: Vec<Arc<Session>> = if self.dirty_all {
+            self.sweep()?;
+            self.store.sessions()
+        } else {
+            self.dirty
+                .iter()
+                .filter_map(|n| self.store.get(n))
+                .collect()
+        };
+        self.dirty_all = false;
+        self.dirty.clear();
+        for session in sessions {
+            if self.shared.stopping.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            if let Err(e) = self.catch_up_one(&session) {
+                // A session that cannot be read (quarantined) is left; the others go on.
+                self.shared.error(&format!("session {}: {e}", session.id));
+            }
+        }
+        self.flush()
+    }
+
+    fn catch_up_one(&mut self, session: &Session) -> Result<(), IndexError> {
+        let committed = session.committed_lsn();
+        let entry = self.entry(&session.id)?;
+        let sid = entry.sid;
+        while self.entry(&session.id)?.next <= committed {
+            if self.shared.stopping.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            let from = self.entry(&session.id)?.next;
+            let page = crate::store::read_range(session, from, committed, PAGE_EVENTS, PAGE_BYTES)
+                .map_err(|e| IndexError::Io(std::io::Error::other(e.to_string())))?;
+            let Some(last) = page.last().map(|e| e.lsn) else {
+                // LSNs a repair skipped up to the end: nothing more to read.
+                self.marks.insert(sid, committed);
+                self.entry(&session.id)?.next = committed + 1;
+                break;
+            };
+            for event in &page {
+                self.add(sid, event);
+            }
+            self.entry(&session.id)?.next = last + 1;
+            if self.docs.len() >= BATCH_EVENTS || self.bytes >= BATCH_BYTES {
+                self.flush()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sessions the store no longer has leave the index; a session indexed beyond what its log
+    /// holds (its tail lost to a power failure) loses the documents beyond it.
+    fn sweep(&mut self) -> Result<(), IndexError> {
+        self.flush()?;
+        let mut gone = Vec::new();
+        let mut ahead = Vec::new();
+        for (name, entry) in &self.sessions {
+            match self.store.get(name) {
+                None => gone.push((name.clone(), entry.sid)),
+                Some(s) if s.committed_lsn() < entry.indexed && s.quarantine().is_none() => {
+                    ahead.push((name.clone(), entry.sid, s.committed_lsn()))
+                }
+                Some(_) => {}
+            }
+        }
+        for (name, sid) in gone {
+            let n = self.ix()?.remove(sid, 0, true)?;
+            self.sessions.remove(&name);
+            self.shared.indexed.lock().unwrap().remove(&name);
+            self.shared.indexed_events.fetch_sub(n, Ordering::Relaxed);
+        }
+        for (name, sid, committed) in ahead {
+            let n = self.ix()?.remove(sid, committed, false)?;
+            self.shared.indexed_events.fetch_sub(n, Ordering::Relaxed);
+            if let Some(entry) = self.sessions.get_mut(&name) {
+                (entry.indexed, entry.next) = (committed, committed + 1);
+            }
+            self.shared.indexed.lock().unwrap().insert(name, committed);
+        }
+        Ok(())
+    }
+}
+
+/// Waits for the hub's next events (gathering more for up to [`LINGER`]), a command, or an
+/// idle stretch.
+async fn collect(
+    reader: &mut HubReader,
+    commands: &mut mpsc::UnboundedReceiver<Command>,
+    items: &mut Vec<Result<Arc<Committed>, Lagged>>,
+) -> Wake {
+    tokio::select! {
+        r = reader.recv() => items.push(r),
+        c = commands.recv() => return c.map_or(Wake::Stop, Wake::Command),
+        () = tokio::time::sleep(SWEEP_EVERY) => return Wake::Idle,
+    }
+    let deadline = tokio::time::Instant::now() + LINGER;
+    let mut bytes = 0;
+    while items.len() < BATCH_EVENTS && bytes < BATCH_BYTES {
+        tokio::select! {
+            biased;
+            r = reader.recv() => {
+                if let Ok(c) = &r {
+                    bytes += c.event.len();
+                }
+                items.push(r);
+            }
+            () = tokio::time::sleep_until(deadline) => break,
+        }
+    }
+    Wake::Events
+}
+
+/// Waits `pause`, or until told to stop.
+async fn idle(commands: &mut mpsc::UnboundedReceiver<Command>, pause: Duration) -> Wake {
+    tokio::select! {
+        c = commands.recv() => match c {
+            None => Wake::Stop,
+            Some(Command::Reindex(reply)) => {
+                let _ = reply.send(Err("the search index cannot be opened; see `dstream stats`".into()));
+                Wake::Idle
+            }
+        },
+        () = tokio::time::sleep(pause) => Wake::Idle,
+    }
+}
