@@ -86,13 +86,9 @@ impl Usage {
             return;
         };
         let lineage_id = e.stream_id.clone().unwrap_or_else(|| e.session_id.clone());
-        if let Some(s) = &self.session
-            && *s != lineage_id
-            && *s != e.session_id
-        {
-            return;
-        }
         let lineage = self.lineages.entry(lineage_id.clone()).or_default();
+        // The lineage's project, from whichever of its sessions names it first (a subagent
+        // asked for alone is still in its parent's project).
         if lineage.project.is_none() {
             lineage.project = ["cwd", "directory"].iter().find_map(|k| {
                 e.raw
@@ -101,6 +97,12 @@ impl Usage {
                     .and_then(Value::as_str)
                     .map(str::to_string)
             });
+        }
+        if let Some(s) = &self.session
+            && *s != lineage_id
+            && *s != e.session_id
+        {
+            return;
         }
         if !usage || e.timestamp < self.since_ms || self.until_ms.is_some_and(|u| e.timestamp >= u)
         {
@@ -184,6 +186,7 @@ impl Usage {
             total,
             mismatches,
             budgets: Vec::new(),
+            source: String::new(),
         }
     }
 }

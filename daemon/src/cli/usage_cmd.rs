@@ -23,6 +23,9 @@ pub struct UsageArgs {
     /// Only this session and its subagents.
     #[arg(long)]
     session: Option<String>,
+    /// Read every log rather than the search index's sums (slower; the same answer).
+    #[arg(long)]
+    scan: bool,
     #[command(flatten)]
     opts: ClientOpts,
 }
@@ -31,8 +34,9 @@ pub fn run(args: UsageArgs) -> anyhow::Result<ExitCode> {
     let params = UsageParams {
         by: Some(args.by.clone()),
         session_id: args.session.clone(),
-        since_ms: args.since.as_deref().map(parse_time).transpose()?,
-        until_ms: args.until.as_deref().map(parse_time).transpose()?,
+        since_ms: args.since.as_deref().map(hour_of_age).transpose()?,
+        until_ms: args.until.as_deref().map(hour_of_age).transpose()?,
+        scan: args.scan,
     };
     let result = runtime()?.block_on(async {
         let client = connect(&args.opts).await?;
@@ -82,6 +86,15 @@ pub fn run(args: UsageArgs) -> anyhow::Result<ExitCode> {
         println!("{}", budget_line(b));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A time as `parse_time` reads it; an age (`7d`) starts at the top of its hour, so that the
+/// daemon can answer from its hourly sums (an exact time is kept exact).
+fn hour_of_age(s: &str) -> anyhow::Result<u64> {
+    const HOUR_MS: u64 = 3_600_000;
+    let ms = parse_time(s)?;
+    let is_age = s.parse::<u64>().is_err() && humantime::parse_rfc3339_weak(s).is_err();
+    Ok(if is_age { ms / HOUR_MS * HOUR_MS } else { ms })
 }
 
 /// One budget in words: `budget "daily" (day 2026-11-25, ask): $4.10 of $5.00`, and what

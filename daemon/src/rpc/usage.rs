@@ -22,8 +22,25 @@ pub(super) async fn usage(state: &DaemonState, raw: Option<&RawValue>) -> RpcRes
     if let Some(s) = &p.session_id {
         check_session_id(s, "session_id")?;
     }
-    let store = state.store.clone();
     let budgets = state.budgets.status();
+    // The index answers ranges on whole hours once it has caught up; the logs anything.
+    if !p.scan {
+        let (search, by, session) = (state.search.clone(), by.clone(), p.session_id.clone());
+        let (since, until) = (p.since_ms.unwrap_or(0), p.until_ms);
+        let indexed = tokio::task::spawn_blocking(move || {
+            search.usage_blocking(&by, session.as_deref(), since, until)
+        })
+        .await
+        .map_err(|e| RpcError::new(codes::INTERNAL_ERROR, e.to_string()))?;
+        if let Some(r) = indexed {
+            return to_json(&UsageResult {
+                budgets,
+                source: "index".into(),
+                ..r
+            });
+        }
+    }
+    let store = state.store.clone();
     // A project is named by a lineage's first events, which may be older than `since`.
     let scan_from = if by == "project" {
         0
@@ -39,7 +56,11 @@ pub(super) async fn usage(state: &DaemonState, raw: Option<&RawValue>) -> RpcRes
     .await
     .map_err(|e| RpcError::new(codes::INTERNAL_ERROR, e.to_string()))?
     .map_err(store_error)?;
-    to_json(&UsageResult { budgets, ..result })
+    to_json(&UsageResult {
+        budgets,
+        source: "logs".into(),
+        ..result
+    })
 }
 
 /// `budgets`: each configured budget and what its current period has spent.

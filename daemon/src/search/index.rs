@@ -13,8 +13,10 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
+use crate::search::usage_rows::{self, UsageBatch};
+
 /// Bumped whenever the schema or what is indexed changes: an older file is rebuilt.
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 /// LSNs take the low bits of a document's rowid; the session's number the rest.
 const LSN_BITS: u32 = 40;
 pub const MAX_LSN: u64 = (1 << LSN_BITS) - 1;
@@ -129,7 +131,8 @@ impl Writer {
         }
         let conn = connect(dir, true)?;
         conn.execute_batch(&format!(
-            "BEGIN; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+            "BEGIN; {SCHEMA} {} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;",
+            usage_rows::SCHEMA
         ))?;
         Ok(Writer {
             conn,
@@ -187,9 +190,15 @@ impl Writer {
         Ok(self.conn.last_insert_rowid())
     }
 
-    /// Stores `docs` and the sessions' new indexed LSNs in one transaction.
-    pub fn write(&mut self, docs: &[Doc], marks: &[(i64, u64)]) -> Result<(), IndexError> {
+    /// Stores `docs`, their `usage` and the sessions' new indexed LSNs in one transaction.
+    pub fn write(
+        &mut self,
+        docs: &[Doc],
+        usage: &UsageBatch,
+        marks: &[(i64, u64)],
+    ) -> Result<(), IndexError> {
         let tx = self.conn.transaction()?;
+        usage.write(&tx)?;
         {
             let mut fts = tx.prepare_cached("INSERT INTO fts(rowid, text) VALUES (?1, ?2)")?;
             let mut row = tx.prepare_cached("INSERT INTO docs(id, ts, tid) VALUES (?1, ?2, ?3)")?;
@@ -226,6 +235,17 @@ impl Writer {
     pub fn remove(&mut self, sid: i64, lsn: u64, forget: bool) -> Result<u64, IndexError> {
         let (lo, hi) = (doc_id(sid, lsn + 1), session_range(sid).1);
         let tx = self.conn.transaction()?;
+        // Usage is kept in sums, which cannot be cut at an LSN: only a whole session goes.
+        if lsn == 0 {
+            let name: Option<String> = tx
+                .query_row("SELECT name FROM sessions WHERE sid = ?1", [sid], |r| {
+                    r.get(0)
+                })
+                .optional()?;
+            if let Some(name) = name {
+                usage_rows::delete_session(&tx, &name)?;
+            }
+        }
         tx.execute(
             "DELETE FROM fts WHERE rowid IN (SELECT id FROM docs WHERE id BETWEEN ?1 AND ?2)",
             params![lo, hi],
@@ -411,6 +431,7 @@ mod tests {
                 doc(a, 2, "execution.tool_use", "grep needle src/x.txt"),
                 doc(b, 7, "user.input", "no match here"),
             ],
+            &UsageBatch::default(),
             &[(a, 2), (b, 7)],
         )
         .unwrap();

@@ -16,6 +16,7 @@ pub mod observer;
 pub mod query;
 pub mod settings;
 pub mod snippet;
+pub mod usage_rows;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;

@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::hub::{Committed, Hub, HubReader, Lagged};
 use crate::search::extract::extract;
 use crate::search::index::{Doc, IndexError, MAX_LSN, Writer};
+use crate::search::usage_rows::UsageBatch;
 use crate::store::{EventJson, Session, Store};
 
 /// A batch is written once it holds this many events or bytes of text, or has waited
@@ -86,6 +87,7 @@ pub fn spawn(
         ix: None,
         sessions: HashMap::new(),
         docs: Vec::new(),
+        usage: UsageBatch::default(),
         bytes: 0,
         marks: HashMap::new(),
         dirty: HashSet::new(),
@@ -127,6 +129,8 @@ struct Observer {
     sessions: HashMap<String, Entry>,
     /// The batch being gathered, and the indexed LSN it brings each session (by number) to.
     docs: Vec<Doc>,
+    /// What the batch's events cost (see `usage_rows`), written with the documents.
+    usage: UsageBatch,
     bytes: usize,
     marks: HashMap<i64, u64>,
     /// Sessions to catch up from their logs; all of them.
@@ -325,6 +329,7 @@ impl Observer {
         let mut json = Vec::with_capacity(event.len());
         event.write_to(&mut json);
         self.marks.insert(sid, event.lsn);
+        self.usage.add(&json);
         let Some(e) = extract(&json) else { return };
         if e.text.is_empty() || e.lsn > MAX_LSN {
             return;
@@ -346,7 +351,8 @@ impl Observer {
         }
         let marks: Vec<(i64, u64)> = self.marks.iter().map(|(&s, &l)| (s, l)).collect();
         let docs = std::mem::take(&mut self.docs);
-        let result = self.ix()?.write(&docs, &marks);
+        let usage = std::mem::take(&mut self.usage);
+        let result = self.ix()?.write(&docs, &usage, &marks);
         self.marks.clear();
         self.bytes = 0;
         result?;
@@ -442,13 +448,16 @@ impl Observer {
             self.shared.indexed.lock().unwrap().remove(&name);
             self.shared.indexed_events.fetch_sub(n, Ordering::Relaxed);
         }
-        for (name, sid, committed) in ahead {
-            let n = self.ix()?.remove(sid, committed, false)?;
+        // Usage is kept in sums that cannot be cut at an LSN: such a session is read again
+        // from its start (it happens only after a power failure took a log's tail).
+        for (name, sid, _) in ahead {
+            let n = self.ix()?.remove(sid, 0, false)?;
             self.shared.indexed_events.fetch_sub(n, Ordering::Relaxed);
             if let Some(entry) = self.sessions.get_mut(&name) {
-                (entry.indexed, entry.next) = (committed, committed + 1);
+                (entry.indexed, entry.next) = (0, 1);
             }
-            self.shared.indexed.lock().unwrap().insert(name, committed);
+            self.shared.indexed.lock().unwrap().insert(name.clone(), 0);
+            self.dirty.insert(name);
         }
         Ok(())
     }

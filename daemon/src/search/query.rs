@@ -1,20 +1,24 @@
 //! Answering `search`: the index ranks the hits; each hit's event is then read back from its
-//! log and its text extracted again for the snippet (the index stores no text). Blocking:
-//! call it off the async workers.
+//! log and its text extracted again for the snippet (the index stores no text). And `usage`,
+//! when the index can answer it exactly. Blocking: call it off the async workers.
 
 use std::sync::atomic::Ordering;
 
-use dstream_sdk::protocol::SearchHit;
+use dstream_sdk::protocol::{SearchHit, UsageResult};
 
 use crate::search::extract::extract;
 use crate::search::index::{self, Filter, QueryError};
 use crate::search::snippet::{snippet, terms, to_fts};
+use crate::search::usage_rows::{self, HOUR_MS};
 use crate::search::{Search, SearchError};
 
 /// Characters of text a snippet shows.
 const SNIPPET_CHARS: usize = 160;
 /// Query connections kept open between queries.
 const POOL: usize = 4;
+/// How long `usage` waits for the index to take in what was committed before it was asked;
+/// past it, the logs are read.
+const CATCH_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Search {
     /// The best `limit` events matching `query` (FTS5 syntax, see [`crate::search::snippet`]).
@@ -86,6 +90,60 @@ impl Search {
     }
 
     /// A query connection on the current index file; `None` while there is no file yet.
+    /// `usage` from the index, when it can answer exactly: search is on, the range falls on
+    /// whole hours, and every session is indexed up to the event it had committed when asked
+    /// (waiting up to [`CATCH_UP_WAIT`] for that). `None` otherwise (the caller reads the
+    /// logs).
+    pub fn usage_blocking(
+        &self,
+        by: &str,
+        session: Option<&str>,
+        since_ms: u64,
+        until_ms: Option<u64>,
+    ) -> Option<UsageResult> {
+        let whole_hours =
+            since_ms.is_multiple_of(HOUR_MS) && until_ms.is_none_or(|u| u.is_multiple_of(HOUR_MS));
+        if !self.enabled() || !whole_hours || !self.indexed_up_to_now(CATCH_UP_WAIT) {
+            return None;
+        }
+        let (generation, conn) = self.reader().ok().flatten()?;
+        let result = usage_rows::query(&conn, by, session, since_ms, until_ms);
+        self.give_back(generation, conn);
+        match result {
+            Ok(r) => Some(r),
+            Err(e) => {
+                tracing::warn!(error = %e, "usage from the search index failed; reading the logs");
+                None
+            }
+        }
+    }
+
+    /// Whether every session gets indexed up to what it has committed now, within `wait`.
+    fn indexed_up_to_now(&self, wait: std::time::Duration) -> bool {
+        let targets: Vec<(String, u64)> = self
+            .store
+            .sessions()
+            .iter()
+            .map(|s| (s.id.clone(), s.committed_lsn()))
+            .collect();
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            let behind = {
+                let indexed = self.shared.indexed.lock().unwrap();
+                targets
+                    .iter()
+                    .any(|(id, lsn)| indexed.get(id).copied().unwrap_or(0) < *lsn)
+            };
+            if !behind {
+                return true;
+            }
+            if std::time::Instant::now() >= deadline || !self.enabled() {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
     fn reader(&self) -> Result<Option<(u64, rusqlite::Connection)>, SearchError> {
         let generation = self.shared.generation.load(Ordering::Relaxed);
         {

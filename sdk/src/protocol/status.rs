@@ -170,6 +170,9 @@ pub struct UsageParams {
     /// Exclusive upper bound on the events' `timestamp` (ms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub until_ms: Option<u64>,
+    /// Read the logs even where the search index could answer (slower, the same answer).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub scan: bool,
 }
 
 /// One row of `usage`: a group's model calls, tokens by kind, and cost in millionths of a
@@ -203,6 +206,9 @@ pub struct UsageResult {
     /// The budgets configured, with what their current period has spent.
     #[serde(default)]
     pub budgets: Vec<BudgetStatus>,
+    /// Where the sums came from: `index` (the search index's usage tables) or `logs`.
+    #[serde(default)]
+    pub source: String,
 }
 
 /// One `[[budgets]]` entry and where it stands.

@@ -33,6 +33,8 @@ mod rpc;
 mod search;
 #[path = "bench/stats.rs"]
 mod stats;
+#[path = "bench/usage.rs"]
+mod usage;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -166,6 +168,7 @@ const SCENARIOS: &[&str] = &[
     "many",
     "big",
     "search",
+    "usage",
     "relay",
 ];
 
@@ -278,6 +281,9 @@ fn run() -> Result<()> {
         if wants("search") {
             b.dstream_search(bin)?;
         }
+        if wants("usage") {
+            b.dstream_usage(bin)?;
+        }
     }
     if let Some(bin) = r.filter(|_| wants("big")) {
         b.reference_big(bin)?;
@@ -366,7 +372,35 @@ struct Bench<'a> {
 }
 
 impl Bench<'_> {
-    /// Every scenario, in the order that keeps the comparisons fair.
+    /// `usage --by day` over a million usage events: the index's sums against a log scan.
+    fn dstream_usage(&mut self, bin: &Path) -> Result<()> {
+        let total = self.o.events;
+        eprintln!("bench: dstream: usage --by day over {total} usage events");
+        let (dir, s) = self.dstream(bin, "dstream-usage-")?;
+        let (d, _) = s.start(FSYNC_NEVER)?;
+        let measured = (|| -> Result<_> {
+            let rate = usage::load(&s.socket(), total)?;
+            let (mut index, by_index) = usage::time_usage(&s.socket(), false, usage::INDEX_RUNS)?;
+            let (mut scan, by_scan) = usage::time_usage(&s.socket(), true, usage::SCAN_RUNS)?;
+            if by_index != by_scan || by_index != total * 12_300 {
+                bail!("usage disagrees: index {by_index}, logs {by_scan} µ$");
+            }
+            Ok((rate, pcts(&mut index, 1e6), pcts(&mut scan, 1e6)))
+        })();
+        d.stop()?;
+        let (rate, index, scan) = measured?;
+        eprintln!(
+            "bench:   loaded {rate:.0} events/s; usage p50 {:?} ms from the index, {:?} ms from the logs",
+            index.p50, scan.p50
+        );
+        index.p50.map(|v| self.ours.insert("usage/index_p50", v));
+        index.p99.map(|v| self.ours.insert("usage/index_p99", v));
+        scan.p50.map(|v| self.ours.insert("usage/scan_p50", v));
+        drop(dir);
+        sync_disk();
+        Ok(())
+    }
+
     /// The search index: catch-up rate, size, query latency, appends with and without it.
     fn dstream_search(&mut self, bin: &Path) -> Result<()> {
         search::run(bin, &self.tmp_root, self.o.events, &mut self.ours)
@@ -1444,6 +1478,21 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
         get(ours, "import/lines_s"),
         None,
         Better::Higher,
+    );
+    t.add(
+        format!(
+            "`dstream usage --by day` over {} `usage.request` events, p50 ms, from the search index's hourly sums (reference column: the same call reading every log, `--scan`; goal < 200 ms)",
+            thousands(o.events)
+        ),
+        get(ours, "usage/index_p50"),
+        get(ours, "usage/scan_p50"),
+        Better::Lower,
+    );
+    t.add(
+        "… from the index, p99 ms",
+        get(ours, "usage/index_p99"),
+        None,
+        Better::Lower,
     );
     t.add(
         format!(
