@@ -445,6 +445,9 @@ pub struct QueryArgs {
     until: Option<String>,
     #[arg(long)]
     limit: Option<usize>,
+    /// Only events whose text matches this search query (see `dstream search`).
+    #[arg(long)]
+    text: Option<String>,
     #[command(flatten)]
     opts: ClientOpts,
 }
@@ -475,6 +478,7 @@ pub fn query(args: QueryArgs) -> anyhow::Result<ExitCode> {
         since_ms: args.since.as_deref().map(parse_time).transpose()?,
         until_ms: args.until.as_deref().map(parse_time).transpose()?,
         limit: args.limit,
+        text: args.text,
     };
     runtime()?.block_on(async {
         let result = connect(&args.opts).await?.query(&params).await?;

@@ -179,6 +179,59 @@ pub(super) fn sessions_get(state: &DaemonState, raw: Option<&RawValue>) -> RpcRe
     }
 }
 
+/// Matches the search index finds for `text` (at most this many) are filtered by the rest.
+const TEXT_MATCHES: usize = 1000;
+
+/// `query` with `text`: the search index finds the events, the other filters then apply to
+/// each, read back from its log; in session then LSN order, as `query` answers.
+async fn query_text(state: &DaemonState, p: QueryParams, text: String, limit: usize) -> RpcResult {
+    let filter = crate::search::index::Filter {
+        session: p.session_id.clone(),
+        type_prefix: p.type_prefix.clone().filter(|t| !t.is_empty()),
+        since_ms: p.since_ms,
+    };
+    let search = std::sync::Arc::clone(&state.search);
+    let hits =
+        tokio::task::spawn_blocking(move || search.search_blocking(&text, &filter, TEXT_MATCHES))
+            .await
+            .map_err(|e| RpcError::new(codes::INTERNAL_ERROR, e.to_string()))?
+            .map_err(|e| RpcError::new(codes::INVALID_PARAMS, e.to_string()))?;
+    let capped = hits.len() >= TEXT_MATCHES;
+    let mut found: Vec<(String, u64)> = hits.into_iter().map(|h| (h.session_id, h.lsn)).collect();
+    found.sort();
+    let check = QueryFilter {
+        session_id: None,
+        stream_id: p.stream_id,
+        type_prefix: None,
+        actor: p.actor,
+        since_ms: None,
+        until_ms: p.until_ms,
+    };
+    let mut events = Vec::new();
+    let mut truncated = capped;
+    for (session, lsn) in found {
+        let Ok(page) = state.store.read(&session, lsn, 1).await else {
+            continue;
+        };
+        let Some(e) = page.events.into_iter().find(|e| e.lsn == lsn) else {
+            continue;
+        };
+        if !check.matches_json(&e) {
+            continue;
+        }
+        if events.len() == limit {
+            truncated = true;
+            break;
+        }
+        events.push(e);
+    }
+    let mut out = Vec::with_capacity(events.len() * 300 + 64);
+    out.extend_from_slice(b"{\"events\":");
+    event_array(&events, &mut out);
+    out.extend_from_slice(format!(",\"truncated\":{truncated}}}").as_bytes());
+    Ok(out)
+}
+
 pub(super) async fn query(state: &DaemonState, raw: Option<&RawValue>) -> RpcResult {
     let p: QueryParams = params(raw)?;
     if let Some(s) = &p.session_id {
@@ -188,6 +241,9 @@ pub(super) async fn query(state: &DaemonState, raw: Option<&RawValue>) -> RpcRes
         check_session_id(s, "stream_id")?;
     }
     let limit = clamp_limit(state, p.limit)?;
+    if let Some(text) = p.text.clone() {
+        return query_text(state, p, text, limit).await;
+    }
     let filter = QueryFilter {
         session_id: p.session_id,
         stream_id: p.stream_id,

@@ -379,6 +379,18 @@ pub fn query(
          JOIN docs d ON d.id = m.id JOIN types t ON t.tid = d.tid \
          JOIN sessions s ON s.sid = (m.id >> 40) ORDER BY m.score, m.id DESC"
     );
+    // An index being created at this moment (the first start, a rebuild) has no tables yet:
+    // nothing is indexed, which `behind_by` says; it is not the query's fault.
+    let built: bool = conn
+        .query_row(
+            "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE name = 'fts')",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(|e| QueryError::Index(e.into()))?;
+    if !built {
+        return Ok(Vec::new());
+    }
     // The SQL is fixed and known good: a plain SQLITE_ERROR comes from FTS5 parsing the
     // user's query ("fts5: syntax error near …", "unterminated string", …). Damage and I/O
     // have codes of their own.

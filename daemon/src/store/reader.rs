@@ -200,6 +200,13 @@ impl QueryFilter {
             && self.until_ms.is_none_or(|t| e.timestamp < t)
     }
 
+    /// Whether the stored event `e` passes every filter but the session.
+    pub fn matches_json(&self, e: &EventJson) -> bool {
+        let mut json = Vec::with_capacity(e.len());
+        e.write_to(&mut json);
+        serde_json::from_slice::<Filterable>(&json).is_ok_and(|f| self.matches(&f))
+    }
+
     /// Whether a session active over `[first_ts, last_ts]` can hold a match at all.
     fn may_match_session(&self, first_ts: u64, last_ts: u64) -> bool {
         self.since_ms.is_none_or(|t| last_ts >= t) && self.until_ms.is_none_or(|t| first_ts < t)

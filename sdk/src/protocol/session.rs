@@ -324,6 +324,10 @@ pub struct QueryParams {
     pub until_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<usize>,
+    /// Only events whose text matches this search query (through the search index; the
+    /// best 1,000 matches are filtered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
