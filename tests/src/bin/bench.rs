@@ -380,6 +380,11 @@ impl Bench<'_> {
         let (d, _) = s.start(FSYNC_NEVER)?;
         let measured = (|| -> Result<_> {
             let rate = usage::load(&s.socket(), total)?;
+            let waited = usage::wait_indexed(&s.socket())?;
+            eprintln!(
+                "bench:   the index caught up {:.1} s after the load",
+                waited.as_secs_f64()
+            );
             let (mut index, by_index) = usage::time_usage(&s.socket(), false, usage::INDEX_RUNS)?;
             let (mut scan, by_scan) = usage::time_usage(&s.socket(), true, usage::SCAN_RUNS)?;
             if by_index != by_scan || by_index != total * 12_300 {

@@ -59,6 +59,22 @@ pub fn load(socket: &Path, total: u64) -> Result<f64> {
     Ok(total as f64 / t0.elapsed().as_secs_f64())
 }
 
+/// Waits until the search index holds every event (what `usage` from the index needs).
+pub fn wait_indexed(socket: &Path) -> Result<Duration> {
+    let mut rpc = Rpc::connect(socket)?;
+    let t0 = Instant::now();
+    loop {
+        let stats = rpc.call("stats", "{}")?;
+        if stats["search"]["behind_by"] == 0 {
+            return Ok(t0.elapsed());
+        }
+        if t0.elapsed() > Duration::from_secs(900) {
+            bail!("the search index did not catch up: {}", stats["search"]);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// `usage --by day` `runs` times, from the index or (`scan`) the logs: each call's ns, and the
 /// total cost it gave (to check both say the same).
 pub fn time_usage(socket: &Path, scan: bool, runs: usize) -> Result<(Vec<u64>, u64)> {
