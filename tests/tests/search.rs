@@ -270,3 +270,24 @@ fn with_search_off_the_commands_say_so() {
     assert!(!d.data_dir().join("search").exists());
     assert_eq!(stats(&d)["search"]["enabled"], false);
 }
+
+#[test]
+fn a_session_retention_deleted_leaves_the_index() {
+    let mut d = Daemon::start_with("[retention]\ndelete_after = \"1s\"\n");
+    append_many(&d, "doomed", 40, Some((7, "brontosaurus")));
+    wait_indexed(&d, 40);
+    // Deleted once its last event is a second old (polled: retention goes by event age).
+    let mut c = d.client();
+    wait_for("gc to delete the session", CATCH_UP, || {
+        let r = c.ok("gc", json!({}));
+        (r["deleted"].as_array().is_some_and(|a| !a.is_empty())).then_some(())
+    });
+    // Hits in a deleted session are never answered; at the next start its rows go too.
+    assert!(search(&d, &["brontosaurus"]).is_empty());
+    drop(c);
+    assert!(d.stop().success());
+    d.restart();
+    append_many(&d, "kept", 10, None);
+    let s = wait_indexed(&d, 10);
+    assert_eq!(s["indexed_events"], 10, "{s}");
+}
