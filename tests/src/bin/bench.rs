@@ -1428,6 +1428,12 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
         Better::Lower,
     );
     t.add(
+        format!("search index: restart on {events} indexed events, ms from ready until the index is open (checked) and caught up"),
+        get(ours, "search/reopen_ms"),
+        None,
+        Better::Lower,
+    );
+    t.add(
         "search index bytes / log bytes",
         get(ours, "search/size_ratio"),
         None,
