@@ -261,14 +261,28 @@ fn redacted_text_is_never_in_the_index() {
 }
 
 #[test]
-fn with_search_off_the_commands_say_so() {
+fn search_turns_on_and_off_with_the_config_file() {
     let d = Daemon::start_with("[search]\nenabled = false\n");
-    let out = search_out(&d, &["anything"], false);
+    append_many(&d, "s", 20, Some((3, "diplodocus")));
+    let out = search_out(&d, &["diplodocus"], false);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("search is off"), "{err}");
     assert!(!d.data_dir().join("search").exists());
     assert_eq!(stats(&d)["search"]["enabled"], false);
+    // Read again, as the file watcher does: on, it catches up with what came while it was off.
+    let reload = |toml: &str| {
+        std::fs::write(d.config_path().unwrap(), toml).unwrap();
+        d.client().ok("plugins.reload", json!({}));
+    };
+    reload("[search]\nenabled = true\n");
+    wait_indexed(&d, 20);
+    assert_eq!(hit_at(&search(&d, &["diplodocus"])), [("s".to_string(), 4)]);
+    reload("[search]\nenabled = false\n");
+    wait_for("search to be off", CATCH_UP, || {
+        (stats(&d)["search"]["enabled"] == false).then_some(())
+    });
+    assert!(!search_out(&d, &["diplodocus"], false).status.success());
 }
 
 #[test]
