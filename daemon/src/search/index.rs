@@ -106,7 +106,8 @@ impl Writer {
     /// Opens the index at `dir`, or creates it anew when it is missing, unreadable, damaged or
     /// of another version; the second value says why it was rebuilt, if it was.
     pub fn open(dir: &Path) -> Result<(Writer, Option<String>), IndexError> {
-        std::fs::create_dir_all(dir)?;
+        // Owner-only, like the logs it is made from.
+        crate::autostart::make_private_dir(dir)?;
         let existed = db_path(dir).exists();
         match Writer::open_existing(dir) {
             Ok(w) => Ok((w, None)),
@@ -120,7 +121,8 @@ impl Writer {
 
     /// Deletes the index's files and creates an empty index.
     pub fn create(dir: &Path) -> Result<Writer, IndexError> {
-        std::fs::create_dir_all(dir)?;
+        // Owner-only, like the logs it is made from.
+        crate::autostart::make_private_dir(dir)?;
         for f in files(dir) {
             match std::fs::remove_file(&f) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
