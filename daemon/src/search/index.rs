@@ -449,4 +449,27 @@ mod tests {
         assert!(why.is_some());
         assert_eq!(w.doc_count().unwrap(), 0);
     }
+
+    #[test]
+    fn a_query_matching_more_than_the_window_ranks_the_latest_and_stays_exact_below_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut w, _) = Writer::open(dir.path()).unwrap();
+        let (old, new) = (w.add_session("old").unwrap(), w.add_session("new").unwrap());
+        let n = RANK_WINDOW as u64 + 500;
+        let mut docs = vec![doc(old, 1, "t", "common rare rare rare")];
+        docs.extend((1..=n).map(|lsn| doc(new, lsn, "t", "common words here")));
+        w.write(&docs, &[(old, 1), (new, n)]).unwrap();
+        let r = reader(dir.path()).unwrap();
+        // The best match of `common` is the old event, outside the latest RANK_WINDOW matches.
+        let hits = query(&r, "common", &Filter::default(), 3).unwrap();
+        assert_eq!(hits.len(), 3);
+        assert!(hits.iter().all(|h| h.session == "new"), "{hits:?}");
+        // Narrowed to fewer matches than the window, the ranking is exact again.
+        let f = Filter {
+            session: Some("old".into()),
+            ..Filter::default()
+        };
+        assert_eq!(query(&r, "common", &f, 3).unwrap()[0].lsn, 1);
+        assert_eq!(query(&r, "rare", &Filter::default(), 3).unwrap().len(), 1);
+    }
 }
