@@ -157,6 +157,8 @@ fn after_kill_9_the_index_catches_up_with_events_appended_just_before() {
     // Caught up exactly: nothing lost, nothing twice.
     let s = wait_indexed(&d, 2_500);
     assert_eq!(s["indexed_events"], 2_500, "{s}");
+    // Caught up where it was, not rebuilt: a daemon crash loses none of the index's writes.
+    assert!(s["last_error"].is_null(), "{s}");
     assert_eq!(
         search(&d, &["item", "--session", "late", "--limit", "1000"]).len(),
         167

@@ -100,6 +100,19 @@ pub fn bytes_on_disk(dir: &Path) -> u64 {
 pub struct Writer {
     conn: Connection,
     types: HashMap<String, i64>,
+    dir: PathBuf,
+}
+
+impl Drop for Writer {
+    /// A clean close: everything synced once, then no rebuild at the next start.
+    fn drop(&mut self) {
+        let synced = self
+            .conn
+            .execute_batch("PRAGMA synchronous = FULL; PRAGMA wal_checkpoint(TRUNCATE);");
+        if synced.is_ok() {
+            crate::search::boot::mark_closed(&self.dir);
+        }
+    }
 }
 
 impl Writer {
@@ -109,8 +122,14 @@ impl Writer {
         // Owner-only, like the logs it is made from.
         crate::autostart::make_private_dir(dir)?;
         let existed = db_path(dir).exists();
+        if let Some(why) = crate::search::boot::lost_with_machine(dir) {
+            return Ok((Writer::create(dir)?, existed.then_some(why)));
+        }
         match Writer::open_existing(dir) {
-            Ok(w) => Ok((w, None)),
+            Ok(w) => {
+                crate::search::boot::mark_open(dir)?;
+                Ok((w, None))
+            }
             Err(e) if e.is_damage() || matches!(e, IndexError::Sqlite(_)) => {
                 let why = existed.then(|| e.to_string());
                 Ok((Writer::create(dir)?, why))
@@ -133,9 +152,11 @@ impl Writer {
         conn.execute_batch(&format!(
             "BEGIN; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
         ))?;
+        crate::search::boot::mark_open(dir)?;
         Ok(Writer {
             conn,
             types: HashMap::new(),
+            dir: dir.to_path_buf(),
         })
     }
 
@@ -166,7 +187,11 @@ impl Writer {
                 types.insert(name, tid);
             }
         }
-        Ok(Writer { conn, types })
+        Ok(Writer {
+            conn,
+            types,
+            dir: dir.to_path_buf(),
+        })
     }
 
     /// Every session the index knows: number, name, indexed LSN.
@@ -263,9 +288,16 @@ fn connect(dir: &Path, create: bool) -> Result<Connection, IndexError> {
         flags |= OpenFlags::SQLITE_OPEN_CREATE;
     }
     let conn = Connection::open_with_flags(db_path(dir), flags)?;
-    // A derived cache: a crash may lose the last batches (they are indexed again from the
-    // logs), never the file's consistency, which WAL keeps.
-    conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;")?;
+    // A derived cache: it never syncs where a machine restart can be told (see
+    // `search::boot`), else as NORMAL does; a daemon crash loses no write, the OS holds them.
+    let sync = if crate::search::boot::boot_id().is_some() {
+        "OFF"
+    } else {
+        "NORMAL"
+    };
+    conn.execute_batch(&format!(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = {sync};"
+    ))?;
     Ok(conn)
 }
 
