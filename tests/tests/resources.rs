@@ -13,11 +13,11 @@ const CONNECTIONS: usize = 4;
 const WINDOW: usize = 64;
 
 /// Threads the daemon runs whatever the machine and however many sessions (daemon/src): the
-/// main thread, the commit, pipeline and config-watch threads and the watcher's inotify thread
-/// (5); one thread per bundled Lua plugin (3); up to 8 WAL checkpoint threads while a
+/// main thread, the commit, pipeline, config-watch and search-index threads and the watcher's
+/// inotify thread (6); one thread per bundled Lua plugin (3); up to 8 WAL checkpoint threads while a
 /// checkpoint runs (store/commit.rs); and tokio's blocking pool, which grows with blocking
 /// calls at once, not with sessions (this test's reads come one at a time): 8 is room to spare.
-const FIXED_THREADS: u64 = 5 + 3 + 8 + 8;
+const FIXED_THREADS: u64 = 6 + 3 + 8 + 8;
 
 /// Tokio's worker threads: one per core the daemon may use (`available_parallelism`, as tokio
 /// counts them), unless `TOKIO_WORKER_THREADS`, which the daemon inherits, says otherwise.

@@ -157,6 +157,8 @@ fn after_kill_9_the_index_catches_up_with_events_appended_just_before() {
     // Caught up exactly: nothing lost, nothing twice.
     let s = wait_indexed(&d, 2_500);
     assert_eq!(s["indexed_events"], 2_500, "{s}");
+    // Caught up where it was, not rebuilt: a daemon crash loses none of the index's writes.
+    assert!(s["last_error"].is_null(), "{s}");
     assert_eq!(
         search(&d, &["item", "--session", "late", "--limit", "1000"]).len(),
         167
@@ -261,12 +263,47 @@ fn redacted_text_is_never_in_the_index() {
 }
 
 #[test]
-fn with_search_off_the_commands_say_so() {
+fn search_turns_on_and_off_with_the_config_file() {
     let d = Daemon::start_with("[search]\nenabled = false\n");
-    let out = search_out(&d, &["anything"], false);
+    append_many(&d, "s", 20, Some((3, "diplodocus")));
+    let out = search_out(&d, &["diplodocus"], false);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("search is off"), "{err}");
     assert!(!d.data_dir().join("search").exists());
     assert_eq!(stats(&d)["search"]["enabled"], false);
+    // Read again, as the file watcher does: on, it catches up with what came while it was off.
+    let reload = |toml: &str| {
+        std::fs::write(d.config_path().unwrap(), toml).unwrap();
+        d.client().ok("plugins.reload", json!({}));
+    };
+    reload("[search]\nenabled = true\n");
+    wait_indexed(&d, 20);
+    assert_eq!(hit_at(&search(&d, &["diplodocus"])), [("s".to_string(), 4)]);
+    reload("[search]\nenabled = false\n");
+    wait_for("search to be off", CATCH_UP, || {
+        (stats(&d)["search"]["enabled"] == false).then_some(())
+    });
+    assert!(!search_out(&d, &["diplodocus"], false).status.success());
+}
+
+#[test]
+fn a_session_retention_deleted_leaves_the_index() {
+    let mut d = Daemon::start_with("[retention]\ndelete_after = \"1s\"\n");
+    append_many(&d, "doomed", 40, Some((7, "brontosaurus")));
+    wait_indexed(&d, 40);
+    // Deleted once its last event is a second old (polled: retention goes by event age).
+    let mut c = d.client();
+    wait_for("gc to delete the session", CATCH_UP, || {
+        let r = c.ok("gc", json!({}));
+        (r["deleted"].as_array().is_some_and(|a| !a.is_empty())).then_some(())
+    });
+    // Hits in a deleted session are never answered; at the next start its rows go too.
+    assert!(search(&d, &["brontosaurus"]).is_empty());
+    drop(c);
+    assert!(d.stop().success());
+    d.restart();
+    append_many(&d, "kept", 10, None);
+    let s = wait_indexed(&d, 10);
+    assert_eq!(s["indexed_events"], 10, "{s}");
 }

@@ -102,16 +102,36 @@ pub fn bytes_on_disk(dir: &Path) -> u64 {
 pub struct Writer {
     conn: Connection,
     types: HashMap<String, i64>,
+    dir: PathBuf,
+}
+
+impl Drop for Writer {
+    /// A clean close: everything synced once, then no rebuild at the next start.
+    fn drop(&mut self) {
+        let synced = self
+            .conn
+            .execute_batch("PRAGMA synchronous = FULL; PRAGMA wal_checkpoint(TRUNCATE);");
+        if synced.is_ok() {
+            crate::search::boot::mark_closed(&self.dir);
+        }
+    }
 }
 
 impl Writer {
     /// Opens the index at `dir`, or creates it anew when it is missing, unreadable, damaged or
     /// of another version; the second value says why it was rebuilt, if it was.
     pub fn open(dir: &Path) -> Result<(Writer, Option<String>), IndexError> {
-        std::fs::create_dir_all(dir)?;
+        // Owner-only, like the logs it is made from.
+        crate::autostart::make_private_dir(dir)?;
         let existed = db_path(dir).exists();
+        if let Some(why) = crate::search::boot::lost_with_machine(dir) {
+            return Ok((Writer::create(dir)?, existed.then_some(why)));
+        }
         match Writer::open_existing(dir) {
-            Ok(w) => Ok((w, None)),
+            Ok(w) => {
+                crate::search::boot::mark_open(dir)?;
+                Ok((w, None))
+            }
             Err(e) if e.is_damage() || matches!(e, IndexError::Sqlite(_)) => {
                 let why = existed.then(|| e.to_string());
                 Ok((Writer::create(dir)?, why))
@@ -122,7 +142,8 @@ impl Writer {
 
     /// Deletes the index's files and creates an empty index.
     pub fn create(dir: &Path) -> Result<Writer, IndexError> {
-        std::fs::create_dir_all(dir)?;
+        // Owner-only, like the logs it is made from.
+        crate::autostart::make_private_dir(dir)?;
         for f in files(dir) {
             match std::fs::remove_file(&f) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
@@ -134,9 +155,11 @@ impl Writer {
             "BEGIN; {SCHEMA} {} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;",
             usage_rows::SCHEMA
         ))?;
+        crate::search::boot::mark_open(dir)?;
         Ok(Writer {
             conn,
             types: HashMap::new(),
+            dir: dir.to_path_buf(),
         })
     }
 
@@ -167,7 +190,11 @@ impl Writer {
                 types.insert(name, tid);
             }
         }
-        Ok(Writer { conn, types })
+        Ok(Writer {
+            conn,
+            types,
+            dir: dir.to_path_buf(),
+        })
     }
 
     /// Every session the index knows: number, name, indexed LSN.
@@ -281,9 +308,16 @@ fn connect(dir: &Path, create: bool) -> Result<Connection, IndexError> {
         flags |= OpenFlags::SQLITE_OPEN_CREATE;
     }
     let conn = Connection::open_with_flags(db_path(dir), flags)?;
-    // A derived cache: a crash may lose the last batches (they are indexed again from the
-    // logs), never the file's consistency, which WAL keeps.
-    conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;")?;
+    // A derived cache: it never syncs where a machine restart can be told (see
+    // `search::boot`), else as NORMAL does; a daemon crash loses no write, the OS holds them.
+    let sync = if crate::search::boot::boot_id().is_some() {
+        "OFF"
+    } else {
+        "NORMAL"
+    };
+    conn.execute_batch(&format!(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = {sync};"
+    ))?;
     Ok(conn)
 }
 
@@ -479,5 +513,28 @@ mod tests {
         let (w, why) = Writer::open(dir.path()).unwrap();
         assert!(why.is_some());
         assert_eq!(w.doc_count().unwrap(), 0);
+    }
+
+    #[test]
+    fn a_query_matching_more_than_the_window_ranks_the_latest_and_stays_exact_below_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut w, _) = Writer::open(dir.path()).unwrap();
+        let (old, new) = (w.add_session("old").unwrap(), w.add_session("new").unwrap());
+        let n = RANK_WINDOW as u64 + 500;
+        let mut docs = vec![doc(old, 1, "t", "common rare rare rare")];
+        docs.extend((1..=n).map(|lsn| doc(new, lsn, "t", "common words here")));
+        w.write(&docs, &[(old, 1), (new, n)]).unwrap();
+        let r = reader(dir.path()).unwrap();
+        // The best match of `common` is the old event, outside the latest RANK_WINDOW matches.
+        let hits = query(&r, "common", &Filter::default(), 3).unwrap();
+        assert_eq!(hits.len(), 3);
+        assert!(hits.iter().all(|h| h.session == "new"), "{hits:?}");
+        // Narrowed to fewer matches than the window, the ranking is exact again.
+        let f = Filter {
+            session: Some("old".into()),
+            ..Filter::default()
+        };
+        assert_eq!(query(&r, "common", &f, 3).unwrap()[0].lsn, 1);
+        assert_eq!(query(&r, "rare", &Filter::default(), 3).unwrap().len(), 1);
     }
 }

@@ -3,6 +3,7 @@
 //!
 //! - [`extract`]: which text of an event is indexed;
 //! - [`index`]: the file: schema, batched writes, removal, queries, the damage check;
+//! - [`boot`]: telling a machine restart from a daemon crash, since the index never syncs;
 //! - [`observer`]: the `dstream-search` thread that fills it from the hub and the logs;
 //! - [`snippet`]: the user's query as FTS5 syntax, and the highlighted snippets;
 //! - [`query`]: answering `search`: ranked hits, each read back from its log for its snippet.
@@ -10,6 +11,7 @@
 //! This module is the component: it starts and stops the thread as `[search] enabled` says,
 //! hands `reindex` to it, and reports for `stats`.
 
+pub mod boot;
 pub mod extract;
 pub mod index;
 pub mod observer;

@@ -1539,6 +1539,42 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
         Better::Higher,
     );
     t.add(
+        "20,000 appends/s for 10 s (4 connections, 10 ms ticks, fsync=interval): achieved appends/s with the search index on (reference column: off)",
+        get(ours, "search/paced_on_rate"),
+        get(ours, "search/paced_off_rate"),
+        Better::Higher,
+    );
+    t.add(
+        "… append latency p50 µs, index on (reference column: off)",
+        get(ours, "search/paced_on_p50"),
+        get(ours, "search/paced_off_p50"),
+        Better::Lower,
+    );
+    t.add(
+        "… append latency p99 µs, index on (reference column: off)",
+        get(ours, "search/paced_on_p99"),
+        get(ours, "search/paced_off_p99"),
+        Better::Lower,
+    );
+    t.add(
+        "… most events the index was behind (sampled every 50 ms)",
+        get(ours, "search/paced_behind"),
+        None,
+        Better::Lower,
+    );
+    t.add(
+        "… ms after the last append until it is searchable",
+        get(ours, "search/paced_drain_ms"),
+        None,
+        Better::Lower,
+    );
+    t.add(
+        format!("search index: restart on {events} indexed events, ms from ready until the index is open (checked) and caught up"),
+        get(ours, "search/reopen_ms"),
+        None,
+        Better::Lower,
+    );
+    t.add(
         "search index bytes / log bytes",
         get(ours, "search/size_ratio"),
         None,

@@ -12,7 +12,7 @@ use anyhow::{Result, bail};
 use crate::procs::DstreamSetup;
 use crate::rpc::{Rpc, pipelined};
 use crate::stats::pcts;
-use crate::{Metrics, dir_bytes, sync_disk, tempdir};
+use crate::{Metrics, dir_bytes, leak, sync_disk, tempdir};
 
 /// Sessions the events are spread over.
 const SESSIONS: u64 = 16;
@@ -20,6 +20,12 @@ const SESSIONS: u64 = 16;
 const QUERIES: usize = 300;
 const NO_INDEX: &str = "fsync = \"never\"\n[search]\nenabled = false";
 const WITH_INDEX: &str = "fsync = \"never\"";
+/// The paced load: the rate the index must keep up with, and for how long.
+const PACED_RATE: u64 = 20_000;
+const PACED_SECS: u64 = 10;
+const PACED_WITH: &str = "fsync = \"interval\"\nfsync_interval_ms = 20";
+const PACED_WITHOUT: &str =
+    "fsync = \"interval\"\nfsync_interval_ms = 20\n[search]\nenabled = false";
 
 /// Every search measurement, over `n` events, into `m` (keys `search/…`).
 pub fn run(bin: &Path, tmp_root: &Path, n: u64, m: &mut Metrics) -> Result<()> {
@@ -79,8 +85,54 @@ pub fn run(bin: &Path, tmp_root: &Path, n: u64, m: &mut Metrics) -> Result<()> {
     p.p99.map(|v| m.insert("search/p99", v));
     pc.p50.map(|v| m.insert("search/common_p50", v));
     pc.p99.map(|v| m.insert("search/common_p99", v));
+    // A restart on the full index: its checks at open (quick_check, FTS5 integrity-check)
+    // come before the first new event is indexed.
+    sync_disk();
+    let (d, _) = s.start(WITH_INDEX)?;
+    let reopened = wait_caught_up(&s.socket(), n, Duration::from_secs(600));
+    d.stop()?;
+    let reopened = reopened?;
+    eprintln!("bench:   restart: the index was open and caught up after {reopened:?}");
+    m.insert("search/reopen_ms", reopened.as_secs_f64() * 1e3);
     drop(dir);
     sync_disk();
+
+    // The goal's own load: 20,000 events/s, with the index and without; fsync=interval as a
+    // user would run it.
+    for (key, store) in [("on", PACED_WITH), ("off", PACED_WITHOUT)] {
+        let dir = tempdir(tmp_root, "dstream-search-paced-")?;
+        let s = setup(&dir);
+        eprintln!("bench: dstream: {PACED_RATE} events/s for {PACED_SECS} s, search {key}");
+        let (d, _) = s.start(store)?;
+        let r =
+            paced(&s.socket(), PACED_RATE, PACED_SECS, SESSIONS).and_then(|(rate, lat, behind)| {
+                let n = lat.len() as u64;
+                let drained = if key == "on" {
+                    Some(wait_caught_up(&s.socket(), n, Duration::from_secs(600))?)
+                } else {
+                    None
+                };
+                Ok((rate, lat, behind, drained))
+            });
+        d.stop()?;
+        let (rate, mut lat, behind, drained) = r?;
+        let p = pcts(&mut lat, 1e3);
+        eprintln!(
+            "bench:   {rate:.0} events/s, append p50 {:?} µs p99 {:?} µs; index at most {behind} events behind, caught up {drained:?} after the last append",
+            p.p50, p.p99
+        );
+        m.insert(leak(format!("search/paced_{key}_rate")), rate);
+        p.p50
+            .map(|v| m.insert(leak(format!("search/paced_{key}_p50")), v));
+        p.p99
+            .map(|v| m.insert(leak(format!("search/paced_{key}_p99")), v));
+        if let Some(t) = drained {
+            m.insert("search/paced_behind", behind as f64);
+            m.insert("search/paced_drain_ms", t.as_secs_f64() * 1e3);
+        }
+        drop(dir);
+        sync_disk();
+    }
 
     let dir = tempdir(tmp_root, "dstream-search-live-")?;
     let s = setup(&dir);
@@ -236,6 +288,82 @@ pub fn time_queries(socket: &Path, words: &[String]) -> Result<(Vec<u64>, u64)> 
         hits += r["hits"].as_array().map_or(0, |h| h.len() as u64);
     }
     Ok((lat, hits))
+}
+
+/// Appends at `rate` events/s for `secs` over `conns` connections (each sends its share in
+/// 10 ms ticks, pipelined, and reads the replies), while another thread samples how far the
+/// index is behind. Returns the achieved rate, each append's latency (ns, from its tick's send
+/// to its reply) and the most events the index was ever behind.
+pub fn paced(socket: &Path, rate: u64, secs: u64, sessions: u64) -> Result<(f64, Vec<u64>, u64)> {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::net::UnixStream;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    const CONNS: u64 = 4;
+    const TICK: Duration = Duration::from_millis(10);
+    let per_tick = (rate / CONNS / 100).max(1);
+    let ticks = secs * 100;
+    let done = AtomicBool::new(false);
+    let max_behind = AtomicU64::new(0);
+    let t0 = Instant::now();
+    let results = std::thread::scope(|s| {
+        let monitor = s.spawn(|| -> Result<()> {
+            let mut rpc = Rpc::connect(socket)?;
+            while !done.load(Ordering::Relaxed) {
+                let behind = search_stats(&mut rpc)?["behind_by"].as_u64().unwrap_or(0);
+                max_behind.fetch_max(behind, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Ok(())
+        });
+        let workers: Vec<_> = (0..CONNS)
+            .map(|c| {
+                s.spawn(move || -> Result<Vec<u64>> {
+                    let w = UnixStream::connect(socket)?;
+                    w.set_read_timeout(Some(Duration::from_secs(60)))?;
+                    let mut r = BufReader::new(w.try_clone()?);
+                    let (mut out, mut line) = (String::new(), String::new());
+                    let mut lat = Vec::with_capacity((ticks * per_tick) as usize);
+                    for tick in 0..ticks {
+                        if let Some(wait) =
+                            (t0 + TICK * tick as u32).checked_duration_since(Instant::now())
+                        {
+                            std::thread::sleep(wait);
+                        }
+                        out.clear();
+                        for k in 0..per_tick {
+                            let seq = (tick * per_tick + k) * CONNS + c;
+                            push_request(&mut out, seq, sessions, seq);
+                        }
+                        let sent = Instant::now();
+                        (&w).write_all(out.as_bytes())?;
+                        for _ in 0..per_tick {
+                            line.clear();
+                            if r.read_line(&mut line)? == 0 {
+                                bail!("the daemon closed the connection");
+                            }
+                            if !line.contains("\"result\"") {
+                                bail!("append failed: {line}");
+                            }
+                            lat.push(sent.elapsed().as_nanos() as u64);
+                        }
+                    }
+                    Ok(lat)
+                })
+            })
+            .collect();
+        let lat: Result<Vec<Vec<u64>>> = workers
+            .into_iter()
+            .map(|h| h.join().map_err(|_| anyhow::anyhow!("a worker panicked"))?)
+            .collect();
+        done.store(true, Ordering::Relaxed);
+        let monitored = monitor
+            .join()
+            .map_err(|_| anyhow::anyhow!("the monitor panicked"));
+        lat.and_then(|l| monitored?.map(|()| l))
+    })?;
+    let lat: Vec<u64> = results.into_iter().flatten().collect();
+    let achieved = lat.len() as f64 / t0.elapsed().as_secs_f64();
+    Ok((achieved, lat, max_behind.load(Ordering::Relaxed)))
 }
 
 #[cfg(test)]
