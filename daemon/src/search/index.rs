@@ -523,7 +523,8 @@ mod tests {
         let n = RANK_WINDOW as u64 + 500;
         let mut docs = vec![doc(old, 1, "t", "common rare rare rare")];
         docs.extend((1..=n).map(|lsn| doc(new, lsn, "t", "common words here")));
-        w.write(&docs, &[(old, 1), (new, n)]).unwrap();
+        w.write(&docs, &UsageBatch::default(), &[(old, 1), (new, n)])
+            .unwrap();
         let r = reader(dir.path()).unwrap();
         // The best match of `common` is the old event, outside the latest RANK_WINDOW matches.
         let hits = query(&r, "common", &Filter::default(), 3).unwrap();
