@@ -316,16 +316,22 @@ fn connect(dir: &Path, create: bool) -> Result<Connection, IndexError> {
         "NORMAL"
     };
     conn.execute_batch(&format!(
-        "PRAGMA journal_mode = WAL; PRAGMA synchronous = {sync};"
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = {sync}; PRAGMA cache_size = -{CACHE_KIB};"
     ))?;
     Ok(conn)
 }
+
+/// SQLite's page cache per connection, KiB (its default is about 2 MB, for the writer and
+/// each pooled reader alike): the daemon's memory should not grow with the index.
+const CACHE_KIB: u32 = 1024;
 
 /// A connection for queries (several may read while the writer writes).
 pub fn reader(dir: &Path) -> Result<Connection, IndexError> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(db_path(dir), flags)?;
-    conn.execute_batch("PRAGMA query_only = 1;")?;
+    conn.execute_batch(&format!(
+        "PRAGMA query_only = 1; PRAGMA cache_size = -{CACHE_KIB};"
+    ))?;
     Ok(conn)
 }
 

@@ -26,7 +26,7 @@ use crate::store::{EventJson, Session, Store};
 /// A batch is written once it holds this many events or bytes of text, or has waited
 /// [`LINGER`]: large enough to keep up with bursts, small enough to bound memory.
 const BATCH_EVENTS: usize = 4096;
-const BATCH_BYTES: usize = 8 << 20;
+const BATCH_BYTES: usize = 2 << 20;
 const LINGER: Duration = Duration::from_millis(50);
 /// Log pages read per catch-up step.
 const PAGE_EVENTS: usize = 1024;
