@@ -21,23 +21,63 @@ pub const GROUPINGS: &[&str] = &[
     "day", "week", "month", "session", "model", "project", "agent",
 ];
 
+/// The fields of a stored event that spending is summed from (here, by the budgets and by the
+/// search index's usage tables).
 #[derive(Deserialize)]
-struct Envelope {
+pub(crate) struct Envelope {
     #[serde(rename = "type")]
-    event_type: String,
-    timestamp: u64,
+    pub event_type: String,
     #[serde(default)]
-    session_id: String,
+    pub lsn: u64,
     #[serde(default)]
-    stream_id: Option<String>,
+    pub timestamp: u64,
     #[serde(default)]
-    actor: Option<String>,
+    pub session_id: String,
     #[serde(default)]
-    payload: Value,
+    pub stream_id: Option<String>,
     #[serde(default)]
-    metadata: Value,
+    pub actor: Option<String>,
     #[serde(default)]
-    raw: Value,
+    pub payload: Value,
+    #[serde(default)]
+    pub metadata: Value,
+    #[serde(default)]
+    pub raw: Value,
+}
+
+impl Envelope {
+    /// The stored event, if `json` may be spending or name a project (most events are
+    /// neither, and are skipped unparsed); whether it is a `usage.*` event.
+    pub fn of_interest(json: &[u8]) -> Option<(Envelope, bool)> {
+        let has = |s: &[u8]| memchr::memmem::find(json, s).is_some();
+        let usage = has(b"\"type\":\"usage.");
+        if !usage && !has(b"\"cwd\"") && !has(b"\"directory\"") {
+            return None;
+        }
+        Some((serde_json::from_slice(json).ok()?, usage))
+    }
+
+    /// The lineage it counts in: its root session (a subagent's parent).
+    pub fn lineage(&self) -> String {
+        self.stream_id
+            .clone()
+            .unwrap_or_else(|| self.session_id.clone())
+    }
+
+    /// The project folder it names, if any.
+    pub fn project(&self) -> Option<&str> {
+        ["cwd", "directory"].iter().find_map(|k| {
+            self.raw
+                .get(k)
+                .or_else(|| self.payload.get(k))
+                .and_then(Value::as_str)
+        })
+    }
+
+    /// Whether it is the agent's own telemetry (Claude Code's figures).
+    pub fn is_telemetry(&self) -> bool {
+        self.metadata.get("source").and_then(Value::as_str) == Some("otlp")
+    }
 }
 
 /// Sums per group, for one lineage and one kind of source.
@@ -75,28 +115,15 @@ impl Usage {
 
     /// One stored event (its JSON).
     pub fn visit(&mut self, json: &[u8]) {
-        // Most events are neither usage nor name a project: skip them unparsed.
-        let usage = memchr::memmem::find(json, b"\"type\":\"usage.").is_some();
-        let cwd = memchr::memmem::find(json, b"\"cwd\"").is_some()
-            || memchr::memmem::find(json, b"\"directory\"").is_some();
-        if !usage && !cwd {
-            return;
-        }
-        let Ok(e) = serde_json::from_slice::<Envelope>(json) else {
+        let Some((e, usage)) = Envelope::of_interest(json) else {
             return;
         };
-        let lineage_id = e.stream_id.clone().unwrap_or_else(|| e.session_id.clone());
+        let lineage_id = e.lineage();
         let lineage = self.lineages.entry(lineage_id.clone()).or_default();
         // The lineage's project, from whichever of its sessions names it first (a subagent
         // asked for alone is still in its parent's project).
         if lineage.project.is_none() {
-            lineage.project = ["cwd", "directory"].iter().find_map(|k| {
-                e.raw
-                    .get(k)
-                    .or_else(|| e.payload.get(k))
-                    .and_then(Value::as_str)
-                    .map(str::to_string)
-            });
+            lineage.project = e.project().map(str::to_string);
         }
         if let Some(s) = &self.session
             && *s != lineage_id
@@ -125,8 +152,7 @@ impl Usage {
                     // Filled in at the end, once every lineage's project is known.
                     _ => String::new(),
                 };
-                let telemetry = e.metadata.get("source").and_then(Value::as_str) == Some("otlp");
-                let groups = if telemetry {
+                let groups = if e.is_telemetry() {
                     &mut lineage.telemetry
                 } else {
                     &mut lineage.other

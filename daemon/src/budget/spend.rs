@@ -9,34 +9,13 @@
 
 use std::collections::{HashMap, HashSet};
 
-use serde::Deserialize;
 use serde_json::Value;
 
 use crate::budget::settings::{BudgetAction, BudgetConfig, Scope};
-use crate::usage::{cost_micros, day, iso_week, micros};
+use crate::usage::{Envelope, cost_micros, day, iso_week, micros};
 
 /// The event type that records a crossing.
 pub const EXCEEDED: &str = "usage.budget_exceeded";
-
-#[derive(Deserialize)]
-struct Envelope {
-    #[serde(rename = "type")]
-    event_type: String,
-    #[serde(default)]
-    lsn: u64,
-    #[serde(default)]
-    timestamp: u64,
-    #[serde(default)]
-    session_id: String,
-    #[serde(default)]
-    stream_id: Option<String>,
-    #[serde(default)]
-    payload: Value,
-    #[serde(default)]
-    metadata: Value,
-    #[serde(default)]
-    raw: Value,
-}
 
 #[derive(Default)]
 struct LineageSpend {
@@ -88,40 +67,24 @@ pub struct Spend {
     scanned: HashMap<String, u64>,
 }
 
-/// Whether the event can matter here, without parsing it: spending, a crossing, or a folder.
-fn may_matter(json: &[u8]) -> bool {
-    let has = |s: &[u8]| memchr::memmem::find(json, s).is_some();
-    has(b"\"type\":\"usage.") || has(b"\"cwd\"") || has(b"\"directory\"")
-}
-
 impl Spend {
     /// One committed event: what it added, if anything. `from_scan` marks events read from
     /// the logs; live ones the scan already counted are skipped.
     pub fn visit(&mut self, json: &[u8], from_scan: bool) -> Option<Added> {
-        if !may_matter(json) {
-            return None;
-        }
-        let e: Envelope = serde_json::from_slice(json).ok()?;
+        let (e, _) = Envelope::of_interest(json)?;
         if from_scan {
             self.scanned.insert(e.session_id.clone(), e.lsn);
         } else if self.scanned.get(&e.session_id).is_some_and(|&l| e.lsn <= l) {
             return None;
         }
-        let lineage_id = e.stream_id.clone().unwrap_or_else(|| e.session_id.clone());
+        let lineage_id = e.lineage();
         let lineage = self.lineages.entry(lineage_id.clone()).or_default();
         if lineage.project.is_none() {
-            lineage.project = ["cwd", "directory"].iter().find_map(|k| {
-                e.raw
-                    .get(k)
-                    .or_else(|| e.payload.get(k))
-                    .and_then(Value::as_str)
-                    .map(str::to_string)
-            });
+            lineage.project = e.project().map(str::to_string);
         }
         let added = match e.event_type.as_str() {
             "usage.request" => {
-                let telemetry = e.metadata.get("source").and_then(Value::as_str) == Some("otlp");
-                if telemetry {
+                if e.is_telemetry() {
                     lineage.telemetry = true;
                 } else if lineage.telemetry {
                     return None;

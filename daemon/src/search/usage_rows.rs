@@ -12,10 +12,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use dstream_sdk::protocol::{UsageMismatch, UsageResult, UsageRow};
 use rusqlite::{Connection, Transaction, params};
-use serde::Deserialize;
 use serde_json::Value;
 
-use crate::usage::{cost_micros, day, iso_week, micros};
+use crate::usage::{Envelope, cost_micros, day, iso_week, micros};
 
 pub const HOUR_MS: u64 = 3_600_000;
 
@@ -31,26 +30,6 @@ pub const SCHEMA: &str = "
     CREATE INDEX usage_totals_by_session ON usage_totals(session);
     CREATE TABLE lineage_projects(lineage TEXT PRIMARY KEY, project TEXT NOT NULL);
 ";
-
-#[derive(Deserialize)]
-struct Envelope {
-    #[serde(rename = "type")]
-    event_type: String,
-    #[serde(default)]
-    timestamp: u64,
-    #[serde(default)]
-    session_id: String,
-    #[serde(default)]
-    stream_id: Option<String>,
-    #[serde(default)]
-    actor: Option<String>,
-    #[serde(default)]
-    payload: Value,
-    #[serde(default)]
-    metadata: Value,
-    #[serde(default)]
-    raw: Value,
-}
 
 #[derive(Hash, PartialEq, Eq)]
 struct HourKey {
@@ -93,21 +72,12 @@ impl UsageBatch {
 
     /// One stored event (its JSON).
     pub fn add(&mut self, json: &[u8]) {
-        let has = |s: &[u8]| memchr::memmem::find(json, s).is_some();
-        let usage = has(b"\"type\":\"usage.");
-        if !usage && !has(b"\"cwd\"") && !has(b"\"directory\"") {
-            return;
-        }
-        let Ok(e) = serde_json::from_slice::<Envelope>(json) else {
+        let Some((e, _)) = Envelope::of_interest(json) else {
             return;
         };
-        let lineage = e.stream_id.clone().unwrap_or_else(|| e.session_id.clone());
-        if let Some(project) = ["cwd", "directory"].iter().find_map(|k| {
-            e.raw
-                .get(k)
-                .or_else(|| e.payload.get(k))
-                .and_then(Value::as_str)
-        }) && !self.projects.iter().any(|(l, _)| *l == lineage)
+        let lineage = e.lineage();
+        if let Some(project) = e.project()
+            && !self.projects.iter().any(|(l, _)| *l == lineage)
         {
             self.projects.push((lineage.clone(), project.to_string()));
         }
@@ -124,7 +94,7 @@ impl UsageBatch {
                         .unwrap_or("(none)")
                         .to_string(),
                     actor: e.actor.clone().unwrap_or_else(|| "(none)".into()),
-                    telemetry: e.metadata.get("source").and_then(Value::as_str) == Some("otlp"),
+                    telemetry: e.is_telemetry(),
                 };
                 let s = self.hours.entry(key).or_default();
                 s.requests += 1;
