@@ -536,6 +536,17 @@ impl Daemon {
             .expect("run dstream")
     }
 
+    /// `dstream ARGS --socket <this daemon's socket>` as a person runs it from another
+    /// terminal ([`run_detached`]): a test that ran hooks is an agent to the daemon, which
+    /// refuses its children's decisions.
+    pub fn cli_as_person(&self, args: &[&str]) -> std::process::Output {
+        let socket = self.socket();
+        let mut all: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+        all.push("--socket".as_ref());
+        all.push(socket.as_os_str());
+        run_detached(&daemon_bin(), &all)
+    }
+
     /// Appends `lines` (one JSON event per line) to `session` through `dstream append`: one
     /// streaming client, pipelined, so many events go in fast.
     pub fn append_lines(&self, session: &str, lines: &str) {

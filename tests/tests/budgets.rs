@@ -4,7 +4,7 @@
 //! in a checkpoint that names it until a person approves, and calls outside the scope run.
 #![cfg(unix)]
 
-use std::process::{Child, Output};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use dstream_tests::{Client, Daemon, claude_pre_tool_use, daemon_bin, spawn_hook, wait_child};
@@ -77,16 +77,6 @@ fn permission(answer: &Value) -> (String, String) {
     (s("permissionDecision"), s("permissionDecisionReason"))
 }
 
-/// The dstream CLI as a person runs it: from another terminal (this test runs hooks, so the
-/// daemon refuses decisions from its children).
-fn person(d: &Daemon, args: &[&str]) -> Output {
-    let socket = d.socket();
-    let mut all: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
-    all.push("--socket".as_ref());
-    all.push(socket.as_os_str());
-    dstream_tests::run_detached(&daemon_bin(), &all)
-}
-
 fn pending_in(c: &mut Client, session: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -137,7 +127,7 @@ fn crossed_budgets_refuse_or_hold_the_tool_calls_in_their_scope() {
         summary.contains("Bash: ls -la") && summary.contains("\"daily\" crossed"),
         "{summary}"
     );
-    let out = person(&d, &["approve", cp["id"].as_str().unwrap()]);
+    let out = d.cli_as_person(&["approve", cp["id"].as_str().unwrap()]);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(permission(&hook_answer(hook)).0, "allow");
 

@@ -70,11 +70,7 @@ fn pending_in(c: &mut Client, session: &str) -> Value {
 /// The dstream CLI as a person runs it: from another terminal, not from under the agent (this
 /// test runs hooks, so the daemon knows it as an agent and refuses its children's decisions).
 fn dstream(d: &Daemon, args: &[&str]) -> Output {
-    let socket = d.socket();
-    let mut all: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
-    all.push("--socket".as_ref());
-    all.push(socket.as_os_str());
-    dstream_tests::run_detached(&daemon_bin(), &all)
+    d.cli_as_person(args)
 }
 
 fn types(events: &[Value]) -> Vec<&str> {

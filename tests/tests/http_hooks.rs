@@ -11,7 +11,7 @@ use std::time::Duration;
 use dstream_tests::agents::{self, AgentEnv, RunOutput};
 use dstream_tests::mock_model::{MockModel, Reply, Script};
 use dstream_tests::relay::wait_for;
-use dstream_tests::{Client, Daemon, daemon_bin, run_detached};
+use dstream_tests::{Client, Daemon, daemon_bin};
 use serde_json::{Value, json};
 
 const POLICY: &str = r#"
@@ -189,16 +189,7 @@ fn claude_code_http_hooks_store_deny_and_hold_like_the_command_hook() {
         !env.project.join("held.txt").exists(),
         "not run before the approval"
     );
-    let socket = d.socket();
-    let out = run_detached(
-        &daemon_bin(),
-        &[
-            "approve".as_ref(),
-            pending["id"].as_str().unwrap().as_ref(),
-            "--socket".as_ref(),
-            socket.as_os_str(),
-        ],
-    );
+    let out = d.cli_as_person(&["approve", pending["id"].as_str().unwrap()]);
     assert!(out.status.success(), "{out:?}");
     held.join().unwrap().assert_success("claude, approved call");
     assert!(env.project.join("held.txt").exists(), "ran once approved");

@@ -479,16 +479,7 @@ fn a_claude_code_run_reports_its_cost_through_telemetry() {
         summary.contains("echo second-run") && summary.contains("\"half\" crossed"),
         "{summary}"
     );
-    let socket = d.socket();
-    let approve = dstream_tests::run_detached(
-        &dstream_tests::daemon_bin(),
-        &[
-            "approve".as_ref(),
-            pending["id"].as_str().unwrap().as_ref(),
-            "--socket".as_ref(),
-            socket.as_os_str(),
-        ],
-    );
+    let approve = d.cli_as_person(&["approve", pending["id"].as_str().unwrap()]);
     assert!(approve.status.success(), "{approve:?}");
     let run = second.join().unwrap();
     run.assert_success("the approved second run");
@@ -830,7 +821,12 @@ fn a_busy_collector_is_retried_and_a_refusal_is_counted_and_dropped() {
     );
     assert_eq!(got[2].body, second);
     assert_eq!(got[3].body, third);
-    let stats = http_stats(&d);
+    // The forwarder counts a request once the collector's answer is back, just after it.
+    let stats = dstream_tests::relay::wait_for(
+        "the forwarded request to be counted",
+        Duration::from_secs(30),
+        || Some(http_stats(&d)).filter(|s| s["forwarded"] == 2),
+    );
     assert_eq!(stats["forwarded"], 2, "{stats}");
     assert_eq!(stats["forward_dropped"], 1, "{stats}");
     assert_eq!(stats["forward_errors"], 2, "{stats}");
