@@ -61,7 +61,11 @@ pub fn run(args: OpenArgs) -> anyhow::Result<ExitCode> {
             stats.http.off.as_deref().unwrap_or("no reason given")
         );
     };
-    let token_file = token::path(&config.data_dir());
+    // The daemon says where its token is; `--data-dir` or the configuration otherwise.
+    let token_file = match (&args.data_dir, &stats.http.token_file) {
+        (None, Some(file)) => PathBuf::from(file),
+        _ => token::path(&config.data_dir()),
+    };
     let secret = std::fs::read_to_string(&token_file)
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", token_file.display()))?;
     let code = web::login::mint_code(secret.trim(), dstream_daemon::util::time::now_ms())?;

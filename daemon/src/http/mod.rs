@@ -43,6 +43,8 @@ pub struct HttpListener {
     /// Where it listens, or why it does not.
     pub state: Result<SocketAddr, String>,
     pub stats: Arc<HttpStats>,
+    /// Where its token is; none while the listener is off.
+    token_file: Option<std::path::PathBuf>,
     /// What the handlers share; none while the listener is off.
     app: Option<Arc<App>>,
     /// Relays accepted requests to `[otlp] forward_to`; none while the listener is off.
@@ -57,6 +59,7 @@ impl HttpListener {
         Arc::new(HttpListener {
             state: Err(why),
             stats: Arc::default(),
+            token_file: None,
             app: None,
             forward: None,
             stop: watch::channel(false).0,
@@ -159,6 +162,7 @@ impl HttpListener {
         Arc::new(HttpListener {
             state: Ok(bound),
             stats,
+            token_file: Some(token::path(data_dir)),
             app: Some(app),
             forward: Some(forward),
             stop,
@@ -182,6 +186,7 @@ impl HttpListener {
         dstream_sdk::protocol::HttpStats {
             listen: self.state.as_ref().ok().map(|a| a.to_string()),
             off: self.state.as_ref().err().cloned(),
+            token_file: self.token_file.as_ref().map(|p| p.display().to_string()),
             otlp_records: self.stats.otlp_records.load(r),
             otlp_metric_points: self.stats.otlp_metric_points.load(r),
             refused: self.stats.refused.load(r),
