@@ -162,6 +162,8 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
     )
     .map_err(StartError::Spool)?;
     components.add(spool.clone());
+    // Shared with the HTTP listener, whose hooks name agents too.
+    let agents = Arc::new(crate::agent_procs::AgentProcs::default());
     let http = crate::http::HttpListener::start(
         &config.http,
         &config.otlp,
@@ -170,6 +172,7 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
         store.clone(),
         hub.clone(),
         checkpoints.clone(),
+        agents.clone(),
     )
     .await;
     components.add(http.clone());
@@ -202,7 +205,7 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
         search,
         stats: Default::default(),
         started,
-        agents: Default::default(),
+        agents,
     });
     state
         .http

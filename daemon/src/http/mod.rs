@@ -28,6 +28,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use tokio::sync::watch;
 
+use crate::agent_procs::AgentProcs;
 use crate::checkpoint::Checkpoints;
 use crate::component::{Component, Stopping};
 use crate::config::Config;
@@ -77,6 +78,7 @@ impl HttpListener {
         store: Store,
         hub: Arc<Hub>,
         checkpoints: Arc<Checkpoints>,
+        agents: Arc<AgentProcs>,
     ) -> Arc<HttpListener> {
         let addr = match config.listen() {
             Ok(Listen::At(a)) => a,
@@ -108,6 +110,8 @@ impl HttpListener {
             hub,
             checkpoints,
             token: token.clone(),
+            agents,
+            noted_peers: Mutex::default(),
             allowed_origins: config.allowed_origins.clone(),
             max_body_bytes: config.max_body_bytes,
             stats: stats.clone(),
