@@ -168,11 +168,13 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
         &config.http,
         &config.otlp,
         &data_dir,
-        pipeline.clone(),
-        store.clone(),
-        hub.clone(),
-        checkpoints.clone(),
-        agents.clone(),
+        crate::http::DaemonParts {
+            pipeline: pipeline.clone(),
+            store: store.clone(),
+            hub: hub.clone(),
+            checkpoints: checkpoints.clone(),
+            agents: agents.clone(),
+        },
     )
     .await;
     components.add(http.clone());

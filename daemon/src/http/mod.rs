@@ -39,6 +39,15 @@ use crate::hub::Hub;
 use crate::pipeline::Pipeline;
 use crate::store::Store;
 
+/// The parts of the daemon the handlers use.
+pub struct DaemonParts {
+    pub pipeline: Arc<Pipeline>,
+    pub store: Store,
+    pub hub: Arc<Hub>,
+    pub checkpoints: Arc<Checkpoints>,
+    pub agents: Arc<AgentProcs>,
+}
+
 /// The running listener (a component: stopped with the daemon).
 pub struct HttpListener {
     /// Where it listens, or why it does not.
@@ -74,12 +83,15 @@ impl HttpListener {
         config: &HttpConfig,
         otlp: &OtlpConfig,
         data_dir: &Path,
-        pipeline: Arc<Pipeline>,
-        store: Store,
-        hub: Arc<Hub>,
-        checkpoints: Arc<Checkpoints>,
-        agents: Arc<AgentProcs>,
+        daemon: DaemonParts,
     ) -> Arc<HttpListener> {
+        let DaemonParts {
+            pipeline,
+            store,
+            hub,
+            checkpoints,
+            agents,
+        } = daemon;
         let addr = match config.listen() {
             Ok(Listen::At(a)) => a,
             Ok(Listen::Off) => return HttpListener::off("off ([http] listen = \"off\")".into()),
