@@ -65,16 +65,28 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     let client = rt.block_on(connect(&args.opts))?;
-    rt.block_on(client.session(&args.session))
+    let info = rt
+        .block_on(client.session(&args.session))
         .map_err(|e| anyhow!("cannot replay session {:?}: {e}", args.session))?;
+    let interactive = !args.print && std::io::stdout().is_terminal();
+    // A long session takes seconds to read: say how far it got, where a person watches.
+    let show = interactive && std::io::stderr().is_terminal() && info.last_lsn > 10 * 1000;
+    let mut progress = |n: usize| {
+        if show {
+            eprint!("\rreading {n} of about {} events…", info.last_lsn);
+        }
+    };
     let mut t = Timeline::new(&args.session);
-    rt.block_on(t.load(&client))
+    rt.block_on(t.load(&client, &mut progress))
         .with_context(|| format!("reading session {:?}", args.session))?;
+    if show {
+        eprint!("\r\x1b[K");
+    }
     if t.len() == 0 {
         println!("session {} has no events to replay", args.session);
         return Ok(ExitCode::SUCCESS);
     }
-    if args.print || !std::io::stdout().is_terminal() {
+    if !interactive {
         let at = args.at.map_or(t.len() - 1, |l| t.history.index_of_lsn(l));
         let state = t.history.at(at);
         if args.opts.json {
@@ -88,10 +100,10 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    interactive(&rt, &client, t, &args)
+    step_through(&rt, &client, t, &args)
 }
 
-fn interactive(
+fn step_through(
     rt: &tokio::runtime::Runtime,
     client: &Client,
     mut t: Timeline,

@@ -7,8 +7,9 @@ use dstream_sdk::{Client, Event};
 use crate::cli::replay::state::History;
 use crate::cli::tail_view::{Line, TailView, Tone};
 
-/// Events read per request: a page's payloads are dropped before the next is read.
-const PAGE: usize = 1000;
+/// Events read per request: a page's payloads are dropped before the next is read, so this
+/// bounds what loading holds at once (the daemon's `read` limits by count, not bytes).
+const PAGE: usize = 500;
 
 /// Characters kept of a line: what a wide terminal shows, and what `/` searches.
 const MAX_LINE: usize = 300;
@@ -131,14 +132,20 @@ impl Timeline {
             .find(|i| self.rows[*i].text.to_lowercase().contains(&needle))
     }
 
-    /// Reads the whole log from the daemon, a page at a time.
-    pub async fn load(&mut self, client: &Client) -> Result<(), dstream_sdk::Error> {
+    /// Reads the whole log from the daemon, a page at a time, telling `progress` how many
+    /// events it holds after each.
+    pub async fn load(
+        &mut self,
+        client: &Client,
+        progress: &mut dyn FnMut(usize),
+    ) -> Result<(), dstream_sdk::Error> {
         let mut from = 1;
         loop {
             let page = client.read(&self.session, from, Some(PAGE)).await?;
             for e in &page.events {
                 self.push(e);
             }
+            progress(self.len());
             from = page.next_lsn;
             if page.up_to_date || page.events.is_empty() {
                 return Ok(());

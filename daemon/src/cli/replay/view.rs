@@ -14,7 +14,7 @@ use crate::cli::replay::print::state_lines;
 use crate::cli::replay::timeline::Timeline;
 use crate::cli::tail_view::Tone;
 
-/// The side pane's width.
+/// The side pane's width at most; on a narrow terminal it takes a third.
 const SIDE: u16 = 46;
 
 fn style(tone: Tone) -> Style {
@@ -48,8 +48,11 @@ pub fn draw(f: &mut Frame, t: &Timeline, app: &mut App, detail: &[String], follo
         Constraint::Length(1),
     ])
     .areas(f.area());
-    let [list_area, side_area] =
-        Layout::horizontal([Constraint::Min(20), Constraint::Length(SIDE)]).areas(top);
+    let [list_area, side_area] = Layout::horizontal([
+        Constraint::Min(20),
+        Constraint::Length(SIDE.min(top.width / 3)),
+    ])
+    .areas(top);
     draw_timeline(f, t, app, list_area, following);
     let state = t.history.at(app.cursor);
     let side: Vec<Line> = state_lines(&state).into_iter().map(Line::from).collect();
