@@ -286,15 +286,17 @@ fn keys_step_through_the_session_in_a_terminal() {
     let d = Daemon::start();
     let l = session(&d);
     let status = d.dir().join("replay.status");
-    let command = format!(
-        "env XDG_STATE_HOME={} {} replay {SESSION} --socket {}; echo $? > {}",
-        d.dir().join("state").display(),
-        daemon_bin().display(),
-        d.socket().display(),
-        status.display()
-    );
+    let command = |extra: &str| {
+        format!(
+            "env XDG_STATE_HOME={} {} replay {SESSION} {extra} --socket {}; echo $? > {}",
+            d.dir().join("state").display(),
+            daemon_bin().display(),
+            d.socket().display(),
+            status.display()
+        )
+    };
     let at = |lsn: u64| format!("LSN {lsn}/{} ", l.last);
-    let tmux = Tmux::start(&command);
+    let tmux = Tmux::start(&command(""));
     // Never looked at before: it starts at the first event.
     let screen = tmux.wait_for(&at(l.prompt));
     assert!(screen.contains("tool calls  0"), "{screen}");
@@ -349,14 +351,17 @@ fn keys_step_through_the_session_in_a_terminal() {
     drop(tmux);
 
     // Looked at up to the end; one more event, and the next replay starts on it.
-    let (new, _) = d
-        .client()
-        .append(SESSION, "user.input", json!({"text": "one more thing"}));
+    let mut c = d.client();
+    let (new, _) = c.append(SESSION, "user.input", json!({"text": "one more thing"}));
     let _ = std::fs::remove_file(&status);
-    let tmux = Tmux::start(&command);
+    let tmux = Tmux::start(&command("--follow"));
     let screen = tmux.wait_for("1 new since you last looked");
     assert!(screen.contains(&format!("LSN {new}/{new} ")), "{screen}");
     assert!(screen.contains("1 new (•)"), "{screen}");
+    // Following: an event appended now shows, and the cursor on the last one moves to it.
+    let (live, _) = c.append(SESSION, "user.input", json!({"text": "appended live"}));
+    let screen = tmux.wait_for(&format!("LSN {live}/{live} "));
+    assert!(screen.contains("you      appended live"), "{screen}");
     tmux.keys(&["Escape"]);
     assert_eq!(exit_status(&status), "0");
 }
