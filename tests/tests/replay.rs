@@ -223,6 +223,29 @@ fn print_gives_the_files_cost_and_calls_at_each_lsn() {
     let piped = replay(&d, &["--at", &l.write.to_string()]);
     assert!(piped.status.success(), "{piped:?}");
     assert_eq!(String::from_utf8_lossy(&piped.stdout), text);
+
+    // The agent's own telemetry arrives: from there on only it counts, as in `dstream usage`.
+    let r = d.client().ok(
+        "append",
+        json!({"session_id": SESSION, "event": {"type": "usage.request",
+               "payload": {"model": "claude-sonnet-4-5", "cost_usd": 0.5},
+               "metadata": {"source": "otlp"}}}),
+    );
+    let telemetry = r["lsn"].as_u64().unwrap();
+    assert_eq!(state_at(&d, l.last)["cost_usd_micros"], 35_000);
+    let s = state_at(&d, telemetry);
+    assert_eq!(
+        (&s["cost_usd_micros"], &s["model_calls"]),
+        (&json!(500_000), &json!(1)),
+        "{s}"
+    );
+    let usage = d.cli(&["usage", "--session", SESSION, "--scan", "--json"]);
+    assert!(usage.status.success(), "{usage:?}");
+    let usage: Value = serde_json::from_slice(&usage.stdout).unwrap();
+    assert_eq!(
+        s["cost_usd_micros"], usage["total"]["cost_usd_micros"],
+        "{usage}"
+    );
 }
 
 #[test]
@@ -364,4 +387,61 @@ fn keys_step_through_the_session_in_a_terminal() {
     assert!(screen.contains("you      appended live"), "{screen}");
     tmux.keys(&["Escape"]);
     assert_eq!(exit_status(&status), "0");
+}
+
+/// An OpenCode run through the daemon's own mapping (a `read` of a missing file, model calls
+/// as `step-finish` parts): the file its input names is touched, each call counts once
+/// though OpenCode reports it in several phases, and the model calls are `dstream usage`'s
+/// (the captured run cost nothing, so the dollars are checked above, not here).
+#[test]
+fn an_opencode_run_reads_as_its_files_calls_and_usage() {
+    let d = Daemon::start();
+    let mut c = d.client();
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/opencode/run-tool-failure.jsonl");
+    let mut session = None;
+    for line in std::fs::read_to_string(&fixture).unwrap().lines() {
+        let line: Value = serde_json::from_str(line).unwrap();
+        let event = if line["hook"] == "event" {
+            &line["event"]
+        } else {
+            &line
+        };
+        let r = c.ok("ingest", json!({"source": "opencode", "event": event}));
+        if let Some(s) = r["events"][0]["session_id"].as_str() {
+            session.get_or_insert_with(|| s.to_string());
+        }
+    }
+    let session = session.expect("the run stored events");
+    let events = c.read_all(&session);
+    let mut calls: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "execution.tool_use")
+        .filter_map(|e| e["payload"]["tool_use_id"].as_str())
+        .collect();
+    let phases = calls.len();
+    calls.sort();
+    calls.dedup();
+    assert!(
+        phases > calls.len(),
+        "the fixture reports a call in several phases"
+    );
+
+    let out = d.cli(&["replay", &session, "--print", "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["tool_calls"], calls.len(), "{s}");
+    assert!(
+        files(&s).contains(&("missing-dstream-file.txt".into(), false)),
+        "{s}"
+    );
+    let usage = d.cli(&["usage", "--session", &session, "--scan", "--json"]);
+    assert!(usage.status.success(), "{usage:?}");
+    let usage: Value = serde_json::from_slice(&usage.stdout).unwrap();
+    assert!(usage["total"]["requests"].as_u64().unwrap() > 0, "{usage}");
+    assert_eq!(
+        s["cost_usd_micros"], usage["total"]["cost_usd_micros"],
+        "{s}\n{usage}"
+    );
+    assert_eq!(s["model_calls"], usage["total"]["requests"]);
 }

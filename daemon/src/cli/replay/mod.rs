@@ -239,7 +239,7 @@ fn state_json(s: &StateAt<'_>) -> serde_json::Value {
         "count": s.count,
         "timestamp": s.timestamp,
         "tool_calls": t.calls,
-        "model_calls": t.requests,
+        "model_calls": t.model_calls(),
         "cost_usd_micros": t.cost_micros(),
         "reported_usd_micros": t.reported_micros,
         "files": s.files.iter().map(|(p, changed)| serde_json::json!({"path": p, "changed": changed})).collect::<Vec<_>>(),

@@ -26,14 +26,19 @@ pub fn state_lines(s: &StateAt<'_>) -> Vec<String> {
         format!("tool calls  {}", s.totals.calls),
     ];
     let t = &s.totals;
+    let calls = t.model_calls();
     let mut cost = format!(
-        "cost        {} ({} model call{})",
+        "cost        {} ({calls} model call{})",
         dollars(t.cost_micros() as f64 / 1e6),
-        t.requests,
-        if t.requests == 1 { "" } else { "s" }
+        if calls == 1 { "" } else { "s" }
     );
-    if t.telemetry_requests > 0 && t.telemetry_requests < t.requests {
-        cost.push_str(", telemetry only");
+    // `dstream usage`'s rule, said where it changes the sum.
+    if t.telemetry_requests > 0 && t.other_requests > 0 {
+        cost.push_str(&format!(
+            "; telemetry only, {} other{} not counted",
+            t.other_requests,
+            if t.other_requests == 1 { "" } else { "s" }
+        ));
     }
     out.push(cost);
     if let Some(r) = t.reported_micros {

@@ -28,9 +28,9 @@ pub enum Mark {
 pub struct Totals {
     /// Distinct tool calls so far.
     pub calls: u32,
-    /// `usage.request` events so far, and those that are the agent's own telemetry.
-    pub requests: u32,
+    /// `usage.request` events so far: the agent's own telemetry, and the others.
     pub telemetry_requests: u32,
+    pub other_requests: u32,
     /// Cost of the telemetry records and of the others, in millionths of a dollar.
     pub telemetry_micros: u64,
     pub other_micros: u64,
@@ -46,6 +46,15 @@ impl Totals {
             self.telemetry_micros
         } else {
             self.other_micros
+        }
+    }
+
+    /// The model calls that cost counts, by the same rule.
+    pub fn model_calls(&self) -> u32 {
+        if self.telemetry_requests > 0 {
+            self.telemetry_requests
+        } else {
+            self.other_requests
         }
     }
 }
@@ -184,7 +193,6 @@ impl History {
             "usage.request" => {
                 let cost = dstream_daemon::usage::cost_micros(p);
                 let t = &mut self.totals;
-                t.requests += 1;
                 let telemetry = e
                     .metadata
                     .as_ref()
@@ -193,6 +201,7 @@ impl History {
                     t.telemetry_requests += 1;
                     t.telemetry_micros += cost;
                 } else {
+                    t.other_requests += 1;
                     t.other_micros += cost;
                 }
             }
@@ -441,7 +450,7 @@ mod tests {
         assert_eq!(s.totals.cost_micros(), 250_000);
         let s = h.at(6);
         assert_eq!(s.files, vec![("/p/a.rs", true), ("/p/b.rs", true)]);
-        assert_eq!((s.totals.calls, s.totals.requests), (4, 2));
+        assert_eq!((s.totals.calls, s.totals.model_calls()), (4, 2));
         assert_eq!(s.totals.cost_micros(), 750_000);
         assert_eq!((s.lsn, s.last_lsn, s.count), (7, 7, 7));
         // Going back is only a lookup.
@@ -515,6 +524,11 @@ mod tests {
         ]);
         assert_eq!(h.at(0).totals.cost_micros(), 1_000_000);
         assert_eq!(h.at(1).totals.cost_micros(), 500_000);
+        assert_eq!(
+            h.at(1).totals.model_calls(),
+            1,
+            "the other call is not counted"
+        );
         assert_eq!(h.at(2).totals.cost_micros(), 750_000);
         assert_eq!(h.at(2).totals.reported_micros, None);
         assert_eq!(h.at(3).totals.reported_micros, Some(750_000));
