@@ -44,10 +44,9 @@ impl App {
             ..App::default()
         };
         app.go(t, t.history.index_of_lsn(lsn));
-        let new = t.history.len() - t.history.index_of_lsn(seen_before.unwrap_or(0) + 1);
-        app.status = match seen_before {
-            Some(s) if s >= last => "nothing new since you last looked".into(),
-            Some(_) => format!("{new} new since you last looked"),
+        app.status = match seen_before.map(|s| t.history.count_after(s)) {
+            Some(0) => "nothing new since you last looked".into(),
+            Some(new) => format!("{new} new since you last looked"),
             None => String::new(),
         };
         app

@@ -87,6 +87,10 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if !interactive {
+        let last = t.last_lsn().unwrap_or(0);
+        if let Some(at) = args.at.filter(|a| *a > last) {
+            eprintln!("dstream: the session ends at LSN {last} (asked for {at}): its state there");
+        }
         let at = args.at.map_or(t.len() - 1, |l| t.history.index_of_lsn(l));
         let state = t.history.at(at);
         if args.opts.json {

@@ -315,10 +315,6 @@ impl History {
         slot.get_or_insert(index);
     }
 
-    pub fn len(&self) -> usize {
-        self.steps.len()
-    }
-
     pub fn step(&self, index: usize) -> Option<&Step> {
         self.steps.get(index)
     }
@@ -328,6 +324,11 @@ impl History {
         self.steps
             .partition_point(|s| s.lsn < lsn)
             .min(self.steps.len().saturating_sub(1))
+    }
+
+    /// How many events come after LSN `lsn`: what is new since it was seen.
+    pub fn count_after(&self, lsn: u64) -> usize {
+        self.steps.len() - self.steps.partition_point(|s| s.lsn <= lsn)
     }
 
     /// The next step after `from` (or the previous before it, `forward = false`) that is
@@ -580,5 +581,9 @@ mod tests {
         assert_eq!(h.index_of_lsn(3), 2, "the next event after a repaired gap");
         assert_eq!(h.index_of_lsn(100), 2);
         assert_eq!(h.index_of_lsn(0), 0);
+        assert_eq!(
+            (h.count_after(0), h.count_after(2), h.count_after(7)),
+            (3, 1, 0)
+        );
     }
 }

@@ -104,7 +104,7 @@ impl Timeline {
     }
 
     pub fn last_lsn(&self) -> Option<u64> {
-        self.history.step(self.len().wrapping_sub(1)).map(|s| s.lsn)
+        self.history.step(self.len().checked_sub(1)?).map(|s| s.lsn)
     }
 
     /// `HH:MM:SS` of step `i`, as `dstream tail` shows it.

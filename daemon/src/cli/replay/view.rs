@@ -125,19 +125,13 @@ fn draw_timeline(f: &mut Frame, t: &Timeline, app: &mut App, area: Rect, followi
         }
         lines.push(line);
     }
-    let new = match app.seen_before {
-        Some(seen) => t.len() - t.history.index_of_lsn(seen + 1).min(t.len()),
-        None => 0,
-    };
     let mut title = format!(" dstream replay {} ", t.session);
     if following {
         title.push_str("· following ");
     }
-    if new > 0
-        && t.last_lsn()
-            .is_some_and(|l| l > app.seen_before.unwrap_or(0))
-    {
-        title.push_str(&format!("· {new} new (•) "));
+    match app.seen_before.map(|s| t.history.count_after(s)) {
+        Some(0) | None => {}
+        Some(new) => title.push_str(&format!("· {new} new (•) ")),
     }
     f.render_widget(
         Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(title)),
