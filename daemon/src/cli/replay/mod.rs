@@ -114,8 +114,8 @@ fn step_through(
     args: &ReplayArgs,
 ) -> anyhow::Result<ExitCode> {
     let seen_path = seen::default_path();
-    let mut seen = SeenFile::load(&seen_path);
-    let mut app = App::start(&t, args.at, seen.get(&args.session).map(|s| s.lsn));
+    let seen_before = SeenFile::load(&seen_path).get(&args.session);
+    let mut app = App::start(&t, args.at, seen_before.map(|s| s.lsn));
     let mut arrivals = match args.follow {
         true => Some(follow(
             rt,
@@ -160,6 +160,8 @@ fn step_through(
         }
     }
     drop(guard);
+    // Read again: another replay may have saved its own session's mark meanwhile.
+    let mut seen = SeenFile::load(&seen_path);
     seen.mark(
         &args.session,
         app.reached_lsn,

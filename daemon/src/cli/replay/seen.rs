@@ -66,8 +66,8 @@ impl SeenFile {
     }
 
     /// Writes the file whole under a temporary name and renames it over the old one, so a
-    /// crash leaves the old file or the new, and two viewers closing at once lose only one's
-    /// mark.
+    /// crash leaves the old file or the new. Read, mark and save at once: two viewers
+    /// closing at the same moment may still lose one mark, which only shows old events as new.
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
         let dir = path.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir)?;
