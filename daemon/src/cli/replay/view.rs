@@ -158,6 +158,69 @@ fn draw_help(f: &mut Frame) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dstream_sdk::Event;
+    use ratatui::backend::TestBackend;
+    use serde_json::json;
+
+    fn screen(t: &Timeline, app: &mut App) -> String {
+        let mut term = ratatui::Terminal::new(TestBackend::new(140, 30)).unwrap();
+        let detail = vec!["{".to_string(), "  \"lsn\": 2".to_string(), "}".to_string()];
+        term.draw(|f| draw(f, t, app, &detail, false)).unwrap();
+        let buf = term.backend().buffer();
+        (0..buf.area.height)
+            .map(|y| {
+                (0..buf.area.width)
+                    .map(|x| buf[(x, y)].symbol())
+                    .collect::<String>()
+                    + "\n"
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_screen_shows_the_lines_the_state_the_slider_and_what_is_new() {
+        let mut t = Timeline::new("s1");
+        for (lsn, ty, payload) in [
+            (1, "user.input", json!({"text": "hello there"})),
+            (
+                2,
+                "execution.tool_use",
+                json!({"tool": "Edit", "tool_use_id": "a", "input": {"file_path": "/p/x.rs"}}),
+            ),
+        ] {
+            t.push(&Event {
+                lsn,
+                id: format!("e{lsn}"),
+                event_type: ty.into(),
+                session_id: "s1".into(),
+                stream_id: "s1".into(),
+                causation_id: None,
+                correlation_id: None,
+                actor: None,
+                timestamp: 0,
+                payload,
+                metadata: None,
+                raw: None,
+            });
+        }
+        let mut app = App::start(&t, None, Some(1));
+        let s = screen(&t, &mut app);
+        for want in [
+            "dstream replay s1 · 1 new (•)",
+            "▶     2 ",
+            "Edit     /p/x.rs",
+            "you      hello there",
+            "LSN 2/2",
+            "tool calls  1",
+            "  changed   /p/x.rs",
+            "\"lsn\": 2",
+            "1 new since you last looked",
+        ] {
+            assert!(s.contains(want), "no {want:?} in:\n{s}");
+        }
+        app.help = true;
+        assert!(screen(&t, &mut app).contains("previous / next tool call"));
+    }
 
     #[test]
     fn the_cursor_stays_on_screen_with_context_above() {
