@@ -45,7 +45,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, Result, bail};
 
 use load::{Appender, HttpAppender, LoadResult, RpcAppender, closed_loop, push_append_request};
-use procs::{DstreamSetup, RefSetup, ctx_switches, rss_mb, status_field};
+use procs::{DstreamSetup, RefSetup, ctx_switches, rss_anon_mb, rss_mb, status_field};
 use stats::{Better, Table, pcts};
 
 const FSYNC_ALWAYS: &str = "fsync = \"always\"";
@@ -464,6 +464,9 @@ impl Bench<'_> {
         if let Some(v) = rss_mb(d.pid()) {
             self.ours.insert("rss/idle", v);
         }
+        if let Some(v) = rss_anon_mb(d.pid()) {
+            self.ours.insert("rss/idle_anon", v);
+        }
         d.stop()?;
         Ok(())
     }
@@ -475,6 +478,9 @@ impl Bench<'_> {
         std::thread::sleep(Duration::from_secs(1));
         if let Some(v) = rss_mb(r.pid()) {
             self.theirs.insert("rss/idle", v);
+        }
+        if let Some(v) = rss_anon_mb(r.pid()) {
+            self.theirs.insert("rss/idle_anon", v);
         }
         r.stop()?;
         Ok(())
@@ -1872,6 +1878,12 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
         "RSS idle MB (fresh, 1 s after ready)",
         get(ours, "rss/idle"),
         get(theirs, "rss/idle"),
+        Better::Lower,
+    );
+    t.add(
+        "RSS idle, anonymous only MB (without the binary's code mapped from the page cache)",
+        get(ours, "rss/idle_anon"),
+        get(theirs, "rss/idle_anon"),
         Better::Lower,
     );
     t.add(
