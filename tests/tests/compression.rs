@@ -71,9 +71,10 @@ fn on_disk(path: &std::path::Path) -> u64 {
 
 #[test]
 fn a_compressed_session_reads_back_identical_and_goes_on() {
-    // Synced every 20 ms rather than per append: the test is about what follows.
+    // Synced every 20 ms rather than per append, and no search index filling beside it on
+    // the test machine's few cores: the test is about what follows.
     let mut d = Daemon::start_with(
-        "[retention]\ncompress_after = \"off\"\n[store]\nfsync = \"interval\"\n",
+        "[retention]\ncompress_after = \"off\"\n[store]\nfsync = \"interval\"\n[search]\nenabled = false\n",
     );
     let t = Instant::now();
     append_many(&d, "big", 0, N);
@@ -159,7 +160,8 @@ fn a_compressed_session_reads_back_identical_and_goes_on() {
 
 #[test]
 fn a_kill_during_compression_leaves_one_whole_form() {
-    let mut d = Daemon::start_with("[retention]\ncompress_after = \"off\"\n");
+    let mut d =
+        Daemon::start_with("[retention]\ncompress_after = \"off\"\n[search]\nenabled = false\n");
     append_many(&d, "k", 0, 60_000);
     let mut c = d.client();
     let before = c.read_all("k");
