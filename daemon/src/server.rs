@@ -204,6 +204,9 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
         started,
         agents: Default::default(),
     });
+    state
+        .http
+        .set_backend(Arc::new(crate::rpc::web::WebRpc::new(&state)));
     Ok(Started {
         state,
         listener,

@@ -10,6 +10,7 @@ mod import;
 mod inbox;
 mod install;
 mod lifecycle_cmds;
+mod open_cmd;
 mod output;
 mod plugins_cmd;
 mod relay_cmd;
@@ -58,6 +59,8 @@ enum Command {
     Search(search_cmd::SearchArgs),
     /// Drop the search index and build it again from the logs.
     Reindex(search_cmd::ReindexArgs),
+    /// Open the web view in the browser, logged in (a one-time link; `--print` prints it).
+    Open(open_cmd::OpenArgs),
     /// Move a quarantined session's damage aside and take appends again.
     Repair(client_cmds::RepairArgs),
     /// Compress a session's log now (zstd; every read stays the same).
@@ -141,6 +144,7 @@ pub fn main() -> ExitCode {
         Command::Usage(args) => usage_cmd::run(args),
         Command::Search(args) => search_cmd::search(args),
         Command::Reindex(args) => search_cmd::reindex(args),
+        Command::Open(args) => open_cmd::run(args),
         Command::Repair(args) => client_cmds::repair(args),
         Command::Compress(args) => client_cmds::compress(args),
         Command::Fork(args) => lifecycle_cmds::fork(args),

@@ -2,11 +2,13 @@
 //! the guard checks, the body bound, the forwarder to the user's collector, and the counters
 //! `stats` shows (the forwarder keeps its own).
 
-use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, OnceLock};
 
 use crate::checkpoint::Checkpoints;
 use crate::http::forward::Forwarder;
+use crate::http::web::WebBackend;
+use crate::http::web::login::Logins;
 use crate::hub::Hub;
 use crate::pipeline::Pipeline;
 use crate::store::Store;
@@ -24,6 +26,14 @@ pub struct App {
     pub max_body_bytes: usize,
     pub stats: Arc<HttpStats>,
     pub forward: Arc<Forwarder>,
+    /// Where the listener is bound (the other end of each connection, to find its process).
+    pub bound: std::net::SocketAddr,
+    /// The web view's logins and cookies.
+    pub logins: Logins,
+    /// The name of the web view's cookie (per port).
+    pub cookie_name: String,
+    /// The daemon's methods, for the web view's API; set once the daemon has started.
+    pub web: OnceLock<Arc<dyn WebBackend>>,
 }
 
 /// Counters for `dstream stats`.

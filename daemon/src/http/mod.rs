@@ -1,8 +1,9 @@
 //! The daemon's one HTTP listener, on loopback only: the OTLP receiver (`otlp`), which relays
 //! what it accepts to the user's own collector (`forward`, `[otlp] forward_to`), Durable
-//! Streams reads of local sessions (`streams`) and Claude Code's HTTP hooks (`hooks`); the web
-//! view later. Every request passes `guard` (loopback `Host`, no
-//! foreign `Origin`, the bearer token of `token`); bodies are bounded by `[http]
+//! Streams reads of local sessions (`streams`), Claude Code's HTTP hooks (`hooks`) and the web
+//! view (`web`: the page, its login and its API). Every request passes `guard` (loopback
+//! `Host`, no foreign `Origin`, the bearer token of `token` or the web view's cookie); bodies
+//! are bounded by `[http]
 //! max_body_bytes`. Where it listens is `[http] listen` (`settings`), or `--http-listen`. A
 //! port in use is not fatal: the socket is the daemon's main job, so it logs why, and `stats`
 //! says the listener is off.
@@ -16,10 +17,11 @@ pub mod peer;
 pub mod settings;
 pub mod streams;
 pub mod token;
+pub mod web;
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -41,6 +43,10 @@ pub struct HttpListener {
     /// Where it listens, or why it does not.
     pub state: Result<SocketAddr, String>,
     pub stats: Arc<HttpStats>,
+    /// Where its token is; none while the listener is off.
+    token_file: Option<std::path::PathBuf>,
+    /// What the handlers share; none while the listener is off.
+    app: Option<Arc<App>>,
     /// Relays accepted requests to `[otlp] forward_to`; none while the listener is off.
     forward: Option<Arc<Forwarder>>,
     stop: watch::Sender<bool>,
@@ -53,6 +59,8 @@ impl HttpListener {
         Arc::new(HttpListener {
             state: Err(why),
             stats: Arc::default(),
+            token_file: None,
+            app: None,
             forward: None,
             stop: watch::channel(false).0,
             task: Mutex::new(None),
@@ -99,11 +107,15 @@ impl HttpListener {
             store,
             hub,
             checkpoints,
-            token,
+            token: token.clone(),
             allowed_origins: config.allowed_origins.clone(),
             max_body_bytes: config.max_body_bytes,
             stats: stats.clone(),
             forward: forward.clone(),
+            bound,
+            logins: web::login::Logins::new(token.clone()),
+            cookie_name: web::login::cookie_name(bound.port()),
+            web: OnceLock::new(),
         });
         let router = Router::new()
             .route("/v1/logs", post(otlp::logs))
@@ -114,13 +126,22 @@ impl HttpListener {
                 "/v1/stream/{session_id}",
                 get(streams::get).head(streams::head),
             )
+            .route("/", get(web::assets::index))
+            .route("/assets/{name}", get(web::assets::file))
+            .route("/login", get(web::login_route::handler))
+            .route("/api/whoami", get(web::api::whoami))
+            .route("/api/sessions", get(web::api::sessions))
+            .route("/api/checkpoints", get(web::api::checkpoints))
+            .route("/api/checkpoints/{id}/decide", post(web::api::decide))
+            .route("/api/usage", get(web::api::usage))
+            .route("/api/search", get(web::api::search))
             .layer(DefaultBodyLimit::max(config.max_body_bytes))
             .layer(axum::middleware::from_fn_with_state(
                 app.clone(),
                 guard::check,
             ))
-            .with_state(app);
-        tracing::info!(%bound, "HTTP listener ready (OTLP: /v1/logs, /v1/metrics; sessions: /v1/stream/<id>; hooks: /hooks/claude-code)");
+            .with_state(app.clone());
+        tracing::info!(%bound, "HTTP listener ready (web view: /; OTLP: /v1/logs, /v1/metrics; sessions: /v1/stream/<id>; hooks: /hooks/claude-code)");
         let serving_stats = stats.clone();
         let task = tokio::spawn(async move {
             let shutdown = async move {
@@ -130,7 +151,8 @@ impl HttpListener {
                 inner: listener,
                 stats: serving_stats,
             };
-            if let Err(e) = axum::serve(listener, router)
+            let service = router.into_make_service_with_connect_info::<peer::PeerAddr>();
+            if let Err(e) = axum::serve(listener, service)
                 .with_graceful_shutdown(shutdown)
                 .await
             {
@@ -140,6 +162,8 @@ impl HttpListener {
         Arc::new(HttpListener {
             state: Ok(bound),
             stats,
+            token_file: Some(token::path(data_dir)),
+            app: Some(app),
             forward: Some(forward),
             stop,
             task: Mutex::new(Some(task)),
@@ -148,6 +172,13 @@ impl HttpListener {
 }
 
 impl HttpListener {
+    /// Gives the web view's API the daemon's methods, once the daemon has started.
+    pub fn set_backend(&self, backend: Arc<dyn web::WebBackend>) {
+        if let Some(app) = &self.app {
+            let _ = app.web.set(backend);
+        }
+    }
+
     /// Where it listens and what it received, for `stats`.
     pub fn stats(&self) -> dstream_sdk::protocol::HttpStats {
         let r = std::sync::atomic::Ordering::Relaxed;
@@ -155,6 +186,7 @@ impl HttpListener {
         dstream_sdk::protocol::HttpStats {
             listen: self.state.as_ref().ok().map(|a| a.to_string()),
             off: self.state.as_ref().err().cloned(),
+            token_file: self.token_file.as_ref().map(|p| p.display().to_string()),
             otlp_records: self.stats.otlp_records.load(r),
             otlp_metric_points: self.stats.otlp_metric_points.load(r),
             refused: self.stats.refused.load(r),

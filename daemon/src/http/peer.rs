@@ -47,6 +47,18 @@ impl axum::serve::Listener for SameUser {
     }
 }
 
+/// The other end of a connection, as handlers extract it (`ConnectInfo<PeerAddr>`).
+#[derive(Debug, Clone, Copy)]
+pub struct PeerAddr(pub SocketAddr);
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, SameUser>>
+    for PeerAddr
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, SameUser>) -> PeerAddr {
+        PeerAddr(*stream.remote_addr())
+    }
+}
+
 /// The uid owning the socket at `peer` connected to `local`, from `/proc/net/tcp{,6}`.
 fn owner_of(peer: SocketAddr, local: SocketAddr) -> Option<u32> {
     let table = match peer.ip() {
@@ -59,15 +71,58 @@ fn owner_of(peer: SocketAddr, local: SocketAddr) -> Option<u32> {
 
 /// The uid column of the line whose local address is `peer` and remote address `local`.
 fn find_owner(table: &str, peer: SocketAddr, local: SocketAddr) -> Option<u32> {
+    find_column(table, peer, local, 7)?.parse().ok()
+}
+
+/// Column `col` of the line whose local address is `peer` and remote address `local`.
+fn find_column(table: &str, peer: SocketAddr, local: SocketAddr, col: usize) -> Option<String> {
     let (want_local, want_remote) = (hex(peer), hex(local));
     table.lines().skip(1).find_map(|line| {
         let cols: Vec<&str> = line.split_whitespace().collect();
-        (cols.len() > 7
+        (cols.len() > col
             && cols[1].eq_ignore_ascii_case(&want_local)
             && cols[2].eq_ignore_ascii_case(&want_remote))
-        .then(|| cols[7].parse().ok())
-        .flatten()
+        .then(|| cols[col].to_string())
     })
+}
+
+/// The process holding the socket at `peer` connected to `local`: its inode from
+/// `/proc/net/tcp{,6}`, then the process (of this user) with that socket open. Costly (it reads
+/// every process's descriptors), so asked only where it decides something: whether a decision
+/// comes from under an agent. `None` where the OS cannot tell.
+pub fn pid_of(peer: SocketAddr, local: SocketAddr) -> Option<i32> {
+    let table = match peer.ip() {
+        IpAddr::V4(_) => "/proc/net/tcp",
+        IpAddr::V6(_) => "/proc/net/tcp6",
+    };
+    let text = std::fs::read_to_string(table).ok()?;
+    let inode = find_column(&text, peer, local, 9)?;
+    if inode == "0" {
+        return None;
+    }
+    let wanted = format!("socket:[{inode}]");
+    let me = std::process::id() as i32;
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+            continue; // another user's process, or gone
+        };
+        for fd in fds.flatten() {
+            if std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == wanted.as_str()) {
+                return Some(pid);
+            }
+        }
+    }
+    None
 }
 
 /// An address as the kernel prints it there: the address as 32-bit words in host order, each
@@ -118,5 +173,25 @@ mod tests {
         assert_eq!(peer, client.local_addr().unwrap());
         let me = unsafe { libc::geteuid() };
         assert_eq!(owner_of(peer, server.local_addr().unwrap()), Some(me));
+    }
+
+    #[test]
+    fn the_process_holding_a_loopback_connection_is_found() {
+        if !std::path::Path::new("/proc/net/tcp").exists() {
+            return;
+        }
+        let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let local = server.local_addr().unwrap();
+        // A child process holds the client end (this process is skipped as the daemon).
+        let script = format!("exec 3<>/dev/tcp/127.0.0.1/{}; read -r _", local.port());
+        let mut child = std::process::Command::new("bash")
+            .args(["-c", &script])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (_accepted, peer) = server.accept().unwrap();
+        assert_eq!(pid_of(peer, local), Some(child.id() as i32));
+        drop(child.stdin.take());
+        child.wait().unwrap();
     }
 }

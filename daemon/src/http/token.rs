@@ -88,7 +88,7 @@ fn check_private(_file: &Path) -> io::Result<()> {
     Ok(())
 }
 
-fn random_hex(bytes: usize) -> io::Result<String> {
+pub fn random_hex(bytes: usize) -> io::Result<String> {
     let mut buf = vec![0u8; bytes];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())

@@ -150,7 +150,30 @@ pub async fn resolve(
     raw: Option<&RawValue>,
 ) -> RpcResult {
     let p: CheckpointResolveParams = params(raw)?;
-    if let Some(agent) = state.agents.agent_above(caller.peer.pid) {
+    let by = Decider {
+        pid: caller.peer.pid,
+        uid: caller.peer.uid,
+        name: decider(caller),
+    };
+    resolve_as(state, by, p).await
+}
+
+/// Who decides: the process (its agent ancestry is checked), its uid and the name recorded.
+pub struct Decider {
+    pub pid: Option<i32>,
+    pub uid: Option<u32>,
+    /// `user:<name>`, `web:<name>`.
+    pub name: String,
+}
+
+/// Decides a checkpoint for `by`, unless `by` runs under an agent (an agent cannot approve
+/// its own tool calls). Shared by the socket's `checkpoint.resolve` and the web view.
+pub async fn resolve_as(
+    state: &Arc<DaemonState>,
+    by: Decider,
+    p: CheckpointResolveParams,
+) -> RpcResult {
+    if let Some(agent) = state.agents.agent_above(by.pid) {
         return Err(RpcError::new(
             codes::DECISION_FROM_AGENT,
             format!(
@@ -164,8 +187,8 @@ pub async fn resolve(
         decision: p.decision,
         note: p.note,
         input: p.input,
-        decided_by: decider(caller),
-        uid: caller.peer.uid,
+        decided_by: by.name,
+        uid: by.uid,
     };
     let info = state
         .checkpoints
@@ -251,42 +274,5 @@ pub fn wait(
 
 /// `user:<name>` of the connection's peer, from the credentials the OS reported.
 fn decider(caller: &Caller) -> String {
-    match caller.peer.uid {
-        Some(uid) => match user_name(uid) {
-            Some(name) => format!("user:{name}"),
-            None => format!("uid:{uid}"),
-        },
-        None => "user:unknown".into(),
-    }
-}
-
-#[cfg(unix)]
-fn user_name(uid: u32) -> Option<String> {
-    let mut buf = vec![0u8; 4096];
-    // SAFETY: passwd is plain data; getpwuid_r writes only into `pwd` and `buf` (whose length
-    // it is given) and sets `result` to null or to `pwd`.
-    unsafe {
-        let mut pwd: libc::passwd = std::mem::zeroed();
-        let mut result: *mut libc::passwd = std::ptr::null_mut();
-        let rc = libc::getpwuid_r(
-            uid,
-            &mut pwd,
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            &mut result,
-        );
-        if rc != 0 || result.is_null() || pwd.pw_name.is_null() {
-            return None;
-        }
-        Some(
-            std::ffi::CStr::from_ptr(pwd.pw_name)
-                .to_string_lossy()
-                .into_owned(),
-        )
-    }
-}
-
-#[cfg(not(unix))]
-fn user_name(_uid: u32) -> Option<String> {
-    None
+    crate::util::user::decider("user", caller.peer.uid)
 }

@@ -10,7 +10,7 @@ use super::wire::{RpcResult, check_session_id, params, store_error, to_json};
 use crate::state::DaemonState;
 use crate::usage::{GROUPINGS, Usage};
 
-pub(super) async fn usage(state: &DaemonState, raw: Option<&RawValue>) -> RpcResult {
+pub(crate) async fn usage(state: &DaemonState, raw: Option<&RawValue>) -> RpcResult {
     let p: UsageParams = params(raw)?;
     let by = p.by.as_deref().unwrap_or("day").to_string();
     if !GROUPINGS.contains(&by.as_str()) {

@@ -5,3 +5,4 @@ pub mod backoff;
 pub mod duration;
 pub mod glob;
 pub mod time;
+pub mod user;

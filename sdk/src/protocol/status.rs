@@ -64,6 +64,10 @@ pub struct HttpStats {
     /// Why it does not listen, when it does not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub off: Option<String>,
+    /// The file holding the listener's token (readable by its owner only), for clients that
+    /// log in with it (`dstream open`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<String>,
     /// OTLP log records received, and metric data points.
     pub otlp_records: u64,
     pub otlp_metric_points: u64,
