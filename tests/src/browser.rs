@@ -3,19 +3,18 @@
 //!
 //! Each [`Browser`] has its own chromedriver on a free port, its own temporary profile, and
 //! the browser's console log (`goog:loggingPrefs`) so a test can check that a page logged no
-//! error. Screenshots go to `<target>/test-artifacts/web/`. Dropping it ends the WebDriver
-//! session (Chromium quits) and kills chromedriver's process group, so nothing outlives a
-//! test. Chromium and chromedriver missing is a failure with the fix in the message (CI
+//! error. Screenshots go to `<target>/test-artifacts/web/`. chromedriver runs detached from
+//! the test (see [`spawn_detached`]); dropping a [`Browser`] ends the WebDriver session
+//! (Chromium quits) and kills chromedriver's process group, so nothing outlives a test. Chromium and chromedriver missing is a failure with the fix in the message (CI
 //! installs the Debian packages `chromium` and `chromium-driver`), never a skip.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-
 
 /// How long a condition gets before the test fails; generous, the browser shares 2 cores.
 pub const WAIT: Duration = Duration::from_secs(20);
@@ -39,7 +38,8 @@ const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 pub struct Element(pub String);
 
 pub struct Browser {
-    driver: Child,
+    /// chromedriver's pid, which is also its process group's id.
+    driver: i32,
     addr: String,
     session: String,
     _profile: tempfile::TempDir,
@@ -97,29 +97,19 @@ impl Browser {
         for _ in 0..5 {
             let port = free_port();
             let addr = format!("127.0.0.1:{port}");
-            let mut cmd = Command::new(&driver_bin);
-            cmd.arg(format!("--port={port}"))
-                .arg(format!("--log-path={}", log.display()))
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
-            // Its own process group, so that drop can end chromedriver and every browser
-            // process it started at once.
-            std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-            let mut driver = cmd.spawn().expect("spawn chromedriver");
+            let driver = spawn_detached(&driver_bin, port, &log);
             let deadline = Instant::now() + WAIT;
             let ready = loop {
-                match http(&addr, "GET", "/status", &[], b"") {
-                    Ok((200, _)) => break true,
-                    _ => {}
+                if let Ok((200, _)) = http(&addr, "GET", "/status", &[], b"") {
+                    break true;
                 }
-                if driver.try_wait().ok().flatten().is_some() || Instant::now() > deadline {
+                if !alive(driver) || Instant::now() > deadline {
                     break false;
                 }
                 std::thread::sleep(Duration::from_millis(25));
             };
             if !ready {
-                kill_group(&mut driver);
+                kill_group(driver);
                 last = std::fs::read_to_string(&log).unwrap_or_default();
                 continue;
             }
@@ -140,7 +130,7 @@ impl Browser {
             }}});
             let r = request(&addr, "POST", "/session", &caps);
             let Some(session) = r["value"]["sessionId"].as_str() else {
-                kill_group(&mut driver);
+                kill_group(driver);
                 panic!("chromedriver did not start Chromium: {r}");
             };
             return Browser {
@@ -273,10 +263,13 @@ impl Browser {
 
     /// The page's visible text.
     pub fn page_text(&self) -> String {
-        self.exec("return document.body ? document.body.innerText : ''", json!([]))
-            .as_str()
-            .unwrap_or("")
-            .to_string()
+        self.exec(
+            "return document.body ? document.body.innerText : ''",
+            json!([]),
+        )
+        .as_str()
+        .unwrap_or("")
+        .to_string()
     }
 
     pub fn click(&self, e: &Element) {
@@ -400,24 +393,53 @@ impl Drop for Browser {
             &[],
             b"",
         );
-        kill_group(&mut self.driver);
+        kill_group(self.driver);
     }
 }
 
-fn kill_group(child: &mut Child) {
-    // SAFETY: kill(2) on the process group this child leads (it was started with
-    // process_group(0), so its pgid is its pid).
+/// Starts chromedriver as a person would from another terminal: not as a descendant of this
+/// test, which the daemon knows as an agent once it ran a hook (and an agent's children may
+/// not decide checkpoints, over HTTP either). A shell that exits at once leaves it to init;
+/// `setsid` makes it the leader of its own process group, so the browser it starts can be
+/// ended with it.
+fn spawn_detached(driver: &Path, port: u16, log: &Path) -> i32 {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(r#"setsid "$0" "$@" </dev/null >/dev/null 2>&1 & echo $!"#)
+        .arg(driver)
+        .arg(format!("--port={port}"))
+        .arg(format!("--log-path={}", log.display()))
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run sh to start chromedriver");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("the pid of chromedriver")
+}
+
+fn alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    unsafe { libc::kill(pid, 0) == 0 }
+}
+
+fn kill_group(pid: i32) {
+    // SAFETY: kill(2) on the process group chromedriver leads (setsid made its pgid its pid),
+    // then on chromedriver itself in case setsid could not.
     unsafe {
-        libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL);
+        libc::kill(-pid, libc::SIGKILL);
+        libc::kill(pid, libc::SIGKILL);
     }
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// Debian's `/usr/bin/chromium` is a shell script that adds flags and execs the real binary;
 /// chromedriver needs the real one.
 fn chromium_binary(found: &Path) -> String {
-    for real in ["/usr/lib/chromium/chromium", "/usr/lib/chromium-browser/chromium-browser"] {
+    for real in [
+        "/usr/lib/chromium/chromium",
+        "/usr/lib/chromium-browser/chromium-browser",
+    ] {
         if found.starts_with("/usr/bin") && Path::new(real).is_file() {
             return real.to_string();
         }
@@ -498,7 +520,10 @@ fn http(
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    Ok((status, raw[head_end..(head_end + length).min(raw.len())].to_vec()))
+    Ok((
+        status,
+        raw[head_end..(head_end + length).min(raw.len())].to_vec(),
+    ))
 }
 
 /// Standard base64 (the screenshots), without a crate for twenty lines.
