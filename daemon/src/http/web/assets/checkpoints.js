@@ -89,6 +89,11 @@ export function decisionControls(cp, onDecided = () => {}) {
     h('div.decide-row', approveEdited, editError),
   );
   root.append(row, edit, status);
+  root.gone = (why) => {
+    root.classList.remove('pending');
+    buttons.forEach((b) => (b.disabled = true));
+    setText(status, why);
+  };
   return root;
 }
 
@@ -193,11 +198,11 @@ export function pendingView(root) {
   const cards = new Map();
   const stop = onPending((pending) => {
     const ids = new Set(pending.map((c) => c.id));
+    // One decided elsewhere (the CLI, the inbox, its deadline) stays until the page is left,
+    // so nothing moves under the cursor; it only stops offering decisions.
     for (const [id, card] of cards) {
-      if (!ids.has(id) && !card.querySelector('.decide.decided')) {
-        card.remove();
-        cards.delete(id);
-      }
+      const box = card.querySelector('.decide.pending');
+      if (!ids.has(id) && box) box.gone('decided elsewhere (see the session for how)');
     }
     for (const c of pending) {
       if (cards.has(c.id)) {
@@ -208,7 +213,7 @@ export function pendingView(root) {
       cards.set(c.id, card);
       list.append(card);
     }
-    empty.hidden = cards.size > 0;
+    empty.hidden = pending.length > 0;
   });
   return () => stop();
 }

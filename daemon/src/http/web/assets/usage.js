@@ -25,7 +25,7 @@ export function usageView(root) {
   );
   const load = async () => {
     since = pick.value;
-    setText(total, 'loading…');
+    if (!total.textContent) setText(total, 'loading…');
     try {
       const [day, model] = await Promise.all([api.usage('day', since), api.usage('model', since)]);
       const t = (day && day.total) || {};
@@ -41,8 +41,14 @@ export function usageView(root) {
     }
   };
   pick.addEventListener('change', load);
-  load();
-  return { stop() {} };
+  // Kept current while shown: the sums move as agents work.
+  let timer = null;
+  const again = async () => {
+    await load();
+    timer = setTimeout(again, 10000);
+  };
+  again();
+  return { stop: () => clearTimeout(timer) };
 }
 
 function tokens(r) {
