@@ -24,6 +24,8 @@ pub mod keys {
     pub const ENTER: &str = "\u{E007}";
     pub const SHIFT: &str = "\u{E008}";
     pub const ESCAPE: &str = "\u{E00C}";
+    pub const END: &str = "\u{E010}";
+    pub const HOME: &str = "\u{E011}";
     pub const LEFT: &str = "\u{E012}";
     pub const UP: &str = "\u{E013}";
     pub const RIGHT: &str = "\u{E014}";
@@ -59,7 +61,8 @@ fn find_program(names: &[&str]) -> Option<PathBuf> {
     None
 }
 
-fn free_port() -> u16 {
+/// A loopback port free a moment ago.
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

@@ -50,7 +50,7 @@ export class Replay {
         'div.replay-state',
         h('span', 'cost so far ', this.cost),
         h('span', 'tool calls so far ', this.calls),
-        h('details.files-box', h('summary', 'files touched'), this.files),
+        h('details.files-box', { open: true }, h('summary', 'files touched'), this.files),
       ),
     );
     this.render();

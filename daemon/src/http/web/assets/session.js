@@ -145,10 +145,13 @@ export function sessionView(root, id, params) {
       s.pending ? `${s.pending} pending` : null,
       s.relay ? `relay ${typeof s.relay === 'string' ? s.relay : JSON.stringify(s.relay)}` : null,
       s.ended ? 'ended' : null,
-      s.parent ? 'subagent of ' : null,
+      s.quarantined ? 'quarantined' : null,
     ].filter(Boolean);
     clear(meta).append(bits.join(' · '));
-    if (s.parent) meta.append(h('a', { href: `#/session/${encodeURIComponent(s.parent)}` }, s.parent));
+    const link = (label, to) =>
+      meta.append(` · ${label} `, h('a', { href: `#/session/${encodeURIComponent(to)}` }, to));
+    if (s.parent) link('in the lineage of', s.parent);
+    if (s.forked_from) link('forked from', s.forked_from);
   }
 
   return {

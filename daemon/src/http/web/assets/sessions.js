@@ -103,7 +103,13 @@ function row(s) {
   const tr = h(
     'tr.item',
     { tabindex: '-1', dataset: { session: s.id, href } },
-    h('td.id', h('a', { href }, s.id), s.parent ? h('span.quiet', ' (subagent)') : null),
+    h(
+      'td.id',
+      h('a', { href }, s.id),
+      s.parent ? h('span.quiet', ' (subagent)') : null,
+      s.forked_from ? h('span.quiet', ' (fork)') : null,
+      s.quarantined ? h('span.bad', ' quarantined') : null,
+    ),
     h('td', s.agent ?? ''),
     h('td.project', s.project_dir ?? ''),
     h('td', { title: dateTime(s.started_ms) }, ago(s.started_ms)),
