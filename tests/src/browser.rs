@@ -207,6 +207,16 @@ impl Browser {
         )
     }
 
+    /// A Chrome DevTools Protocol command (through chromedriver), e.g.
+    /// `Browser.grantPermissions`.
+    pub fn cdp(&self, cmd: &str, params: Value) -> Value {
+        self.call(
+            "POST",
+            "/goog/cdp/execute",
+            json!({ "cmd": cmd, "params": params }),
+        )
+    }
+
     pub fn find_all(&self, css: &str) -> Vec<Element> {
         self.call(
             "POST",

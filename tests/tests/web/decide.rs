@@ -187,3 +187,50 @@ fn the_keyboard_alone_opens_a_session_and_approves() {
     b.press(&[keys::ESCAPE]);
     b.assert_no_console_errors("the keyboard's pages");
 }
+
+#[test]
+fn a_new_pending_checkpoint_rings() {
+    let d = Daemon::start_with(CONFIG);
+    let mut c = d.client();
+    let (b, origin) = logged_in(&d, None);
+    b.wait_for("tr.item, p.empty");
+    // Nothing is asked at load: the page offers a button instead.
+    assert_eq!(
+        b.exec("return Notification.permission", json!([])),
+        json!("default")
+    );
+    b.wait_for("button.notify");
+    // As if the person had allowed notifications; a spy counts what the page shows.
+    b.cdp(
+        "Browser.grantPermissions",
+        json!({"origin": origin, "permissions": ["notifications"]}),
+    );
+    b.exec(
+        "window.__notes = []; const Real = window.Notification; \
+         window.Notification = class extends Real { \
+           constructor(title, options) { super(title, options); window.__notes.push(options.body); } };",
+        json!([]),
+    );
+    let (hook, cp) = held(&d, &mut c, "s-ring", "git push origin ring");
+    b.wait_until("the page notified", |b| {
+        b.exec("return window.__notes.length", json!([])) == json!(1)
+    });
+    let note = b.exec("return window.__notes[0]", json!([]));
+    assert!(
+        note.as_str()
+            .is_some_and(|n| n.contains("git push origin ring") && n.contains("s-ring")),
+        "{note}"
+    );
+    b.wait_until("the title counts it", |b| b.title().starts_with("(1) "));
+    b.wait_until("the header counts it", |b| {
+        b.find("#pending-count.hot")
+            .is_some_and(|e| b.text(&e) == "1")
+    });
+    let out = d.cli_as_person(&["approve", cp["id"].as_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(permission(&hook_output(hook)).0, "allow");
+    b.wait_until("the title no longer counts it", |b| {
+        !b.title().starts_with("(")
+    });
+    b.assert_no_console_errors("the ring");
+}

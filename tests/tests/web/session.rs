@@ -250,3 +250,54 @@ fn the_page_reconnects_from_its_offset_when_the_daemon_restarts() {
     assert_eq!(rows.len(), 2, "{rows:?}");
     b.screenshot("reconnected");
 }
+
+#[test]
+fn a_subagents_own_timeline_is_nested_under_its_spawn() {
+    let d = Daemon::start_with(CONFIG);
+    let mut c = d.client();
+    let child = "root.agent-a1";
+    append(&mut c, "root", "user.input", json!({"text": "delegate it"}));
+    append(
+        &mut c,
+        "root",
+        "agent.spawned",
+        json!({"agent_id": "a1", "agent_type": "general-purpose", "child_session_id": child}),
+    );
+    for (ty, payload) in [
+        (
+            "execution.tool_use",
+            json!({"tool": "Bash", "tool_use_id": "c1", "phase": "requested", "input": {"command": "echo from-the-subagent"}}),
+        ),
+        (
+            "execution.tool_result",
+            json!({"tool": "Bash", "tool_use_id": "c1", "ok": true, "output": {"stdout": "from-the-subagent", "stderr": ""}}),
+        ),
+    ] {
+        c.ok(
+            "append",
+            json!({"session_id": child, "event": {"type": ty, "actor": "claude-code",
+                   "stream_id": "root", "payload": payload, "metadata": {"agent_id": "a1"}}}),
+        );
+    }
+    let (b, origin) = logged_in(&d, Some("root"));
+    wait_text(&b, "spawned general-purpose");
+    let nested = b.wait_for(".item.agent .children .timeline.nested .item.tool");
+    b.wait_until("the subagent's call shows with its result", |b| {
+        b.text(&nested).contains("echo from-the-subagent") && b.text(&nested).contains("ok")
+    });
+    // The subagent's events are in its own session, linked from the spawn.
+    append(
+        &mut c,
+        "root",
+        "agent.completed",
+        json!({"agent_id": "a1", "agent_type": "general-purpose", "child_session_id": child, "last_assistant_message": "the subagent is done"}),
+    );
+    wait_text(&b, "general-purpose finished: the subagent is done");
+    b.screenshot("subagent-nested");
+    b.assert_no_console_errors("a session with a subagent");
+    b.goto(&format!("{origin}/#/"));
+    let row = b.wait_for(&format!("tr.item[data-session=\"{child}\"]"));
+    b.wait_until("the list marks the subagent", |b| {
+        b.text(&row).contains("(subagent)")
+    });
+}

@@ -10,6 +10,8 @@ import { usageView } from './usage.js';
 const main = document.getElementById('main');
 const banner = document.getElementById('banner');
 let view = null;
+// `/` on another page: the sessions page's search box takes the focus once it is built.
+let focusSearch = false;
 
 api.onAuthLost(() => {
   banner.hidden = false;
@@ -45,7 +47,10 @@ function route() {
     view = sessionsView(main, params);
     setBase('dstream');
   }
-  main.focus({ preventScroll: true });
+  const search = focusSearch && document.getElementById('search');
+  focusSearch = false;
+  if (search) search.focus();
+  else main.focus({ preventScroll: true });
 }
 
 // The title without the pending count, which the ring keeps in front of it.
@@ -108,8 +113,12 @@ document.addEventListener('keydown', (e) => {
       help.hidden = !help.hidden;
       break;
     case '/': {
-      if (!document.getElementById('search')) location.hash = '#/';
-      setTimeout(() => document.getElementById('search')?.focus(), 0);
+      const box = document.getElementById('search');
+      if (box) box.focus();
+      else {
+        focusSearch = true;
+        location.hash = '#/';
+      }
       break;
     }
     case 'j':
