@@ -162,14 +162,19 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
     )
     .map_err(StartError::Spool)?;
     components.add(spool.clone());
+    // Shared with the HTTP listener, whose hooks name agents too.
+    let agents = Arc::new(crate::agent_procs::AgentProcs::default());
     let http = crate::http::HttpListener::start(
         &config.http,
         &config.otlp,
         &data_dir,
-        pipeline.clone(),
-        store.clone(),
-        hub.clone(),
-        checkpoints.clone(),
+        crate::http::DaemonParts {
+            pipeline: pipeline.clone(),
+            store: store.clone(),
+            hub: hub.clone(),
+            checkpoints: checkpoints.clone(),
+            agents: agents.clone(),
+        },
     )
     .await;
     components.add(http.clone());
@@ -202,7 +207,7 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
         search,
         stats: Default::default(),
         started,
-        agents: Default::default(),
+        agents,
     });
     state
         .http

@@ -52,7 +52,7 @@ pub struct DaemonState {
     pub slots: Arc<crate::slots::Slots>,
     pub started: Instant,
     /// The agents' processes: no decision may come from one of them or their children.
-    pub agents: crate::agent_procs::AgentProcs,
+    pub agents: Arc<crate::agent_procs::AgentProcs>,
 }
 
 impl DaemonState {

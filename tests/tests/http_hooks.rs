@@ -256,3 +256,51 @@ fn a_hook_without_the_token_or_with_a_broken_body_is_refused() {
     let stored = d.client().read_all("h1");
     assert_eq!(bash_commands(&stored, "execution.tool_use"), ["ls"]);
 }
+
+#[test]
+fn an_agent_that_hooks_over_http_cannot_approve_its_own_call() {
+    let d = daemon();
+    let (addr, token) = listener(&d);
+    // This test process plays Claude Code: it POSTs the hook itself and waits for the answer.
+    let event = dstream_tests::claude_pre_tool_use("h2", "toolu_2", "echo held-by-http");
+    let body = serde_json::to_vec(&event).unwrap();
+    let waiting = std::thread::spawn(move || {
+        let auth = format!("Bearer {token}");
+        dstream_tests::relay::http(
+            &addr,
+            "POST",
+            "/hooks/claude-code",
+            &[
+                ("authorization", &auth),
+                ("content-type", "application/json"),
+            ],
+            &body,
+        )
+        .unwrap()
+    });
+    let mut c = d.client();
+    let id = wait_for("the held call", Duration::from_secs(20), || {
+        let pending = c.ok("checkpoint.list", json!({"state": "pending"}));
+        pending["checkpoints"][0]["id"].as_str().map(str::to_string)
+    });
+    // Its Bash tool runs `dstream approve`: a process under the agent that sent the hook.
+    let out = std::process::Command::new(daemon_bin())
+        .args(["approve", &id, "--socket"])
+        .arg(d.socket())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot approve its own"),
+        "{out:?}"
+    );
+    // A person in another terminal: the held response ends with the allow.
+    let out = d.cli_as_person(&["approve", &id]);
+    assert!(out.status.success(), "{out:?}");
+    let answer = waiting.join().unwrap();
+    let v: Value = serde_json::from_slice(&answer.body).unwrap();
+    assert_eq!(
+        v["hookSpecificOutput"]["permissionDecision"], "allow",
+        "{v}"
+    );
+}

@@ -2,9 +2,12 @@
 //! the guard checks, the body bound, the forwarder to the user's collector, and the counters
 //! `stats` shows (the forwarder keeps its own).
 
+use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
+use crate::agent_procs::AgentProcs;
 use crate::checkpoint::Checkpoints;
 use crate::http::forward::Forwarder;
 use crate::http::web::WebBackend;
@@ -22,12 +25,16 @@ pub struct App {
     /// Where the HTTP hook waits for a held call's decision.
     pub checkpoints: Arc<Checkpoints>,
     pub token: String,
+    /// The agents' processes: an HTTP hook's sender is one (see `hooks`).
+    pub agents: Arc<AgentProcs>,
+    /// Connections whose sender was looked up already (see `hooks`), the latest few.
+    pub noted_peers: Mutex<VecDeque<SocketAddr>>,
     pub allowed_origins: Vec<String>,
     pub max_body_bytes: usize,
     pub stats: Arc<HttpStats>,
     pub forward: Arc<Forwarder>,
     /// Where the listener is bound (the other end of each connection, to find its process).
-    pub bound: std::net::SocketAddr,
+    pub bound: SocketAddr,
     /// The web view's logins and cookies.
     pub logins: Logins,
     /// The name of the web view's cookie (per port).

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use dstream_sdk::protocol::{Action, IngestResult};
@@ -19,6 +19,7 @@ use serde_json::value::RawValue;
 
 use crate::claude_reply::{Verdict, decision_of, reply, stop_reason};
 use crate::http::app::App;
+use crate::http::peer::PeerAddr;
 use crate::pipeline::{Ingest, IngestError, check_ingest};
 
 /// The mapping the events go through, as for `dstream hook claude-code`.
@@ -30,6 +31,34 @@ const DELIVERED_TO: &str = "claude-code http hook";
 /// is; numbered far from the connections'.
 static NEXT_CLIENT: AtomicU64 = AtomicU64::new(1 << 62);
 
+/// Connections remembered as looked up (a hook sender keeps its connection alive).
+const NOTED_PEERS: usize = 256;
+
+/// Notes the process that sent a hook, Claude Code itself, as an agent (once per connection),
+/// so a decision from under it is refused as when its command hook ran: Claude Code's Bash
+/// tool could otherwise approve its own call with `dstream approve`. Done before the event is
+/// taken, so the agent is known before its call can be held; it costs the first request of a
+/// connection a read of every process's descriptors (off the async workers).
+async fn note_sender(app: &Arc<App>, peer: std::net::SocketAddr) {
+    {
+        let mut noted = app.noted_peers.lock().unwrap();
+        if noted.contains(&peer) {
+            return;
+        }
+        if noted.len() >= NOTED_PEERS {
+            noted.pop_front();
+        }
+        noted.push_back(peer);
+    }
+    let (agents, local) = (app.agents.clone(), app.bound);
+    let _ = tokio::task::spawn_blocking(move || {
+        if let Some(pid) = crate::http::peer::pid_of(peer, local) {
+            agents.note_client(Some(pid));
+        }
+    })
+    .await;
+}
+
 /// The fields of the hook input read here; the rest goes to the mapping as it came.
 #[derive(Deserialize)]
 struct HookInput {
@@ -39,7 +68,12 @@ struct HookInput {
     session_id: Option<String>,
 }
 
-pub async fn claude_code(State(app): State<Arc<App>>, body: Bytes) -> Response {
+pub async fn claude_code(
+    State(app): State<Arc<App>>,
+    ConnectInfo(PeerAddr(peer)): ConnectInfo<PeerAddr>,
+    body: Bytes,
+) -> Response {
+    note_sender(&app, peer).await;
     let raw: Box<RawValue> = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => {

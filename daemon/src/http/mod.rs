@@ -28,6 +28,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use tokio::sync::watch;
 
+use crate::agent_procs::AgentProcs;
 use crate::checkpoint::Checkpoints;
 use crate::component::{Component, Stopping};
 use crate::config::Config;
@@ -37,6 +38,15 @@ use crate::http::settings::{HttpConfig, Listen, OtlpConfig};
 use crate::hub::Hub;
 use crate::pipeline::Pipeline;
 use crate::store::Store;
+
+/// The parts of the daemon the handlers use.
+pub struct DaemonParts {
+    pub pipeline: Arc<Pipeline>,
+    pub store: Store,
+    pub hub: Arc<Hub>,
+    pub checkpoints: Arc<Checkpoints>,
+    pub agents: Arc<AgentProcs>,
+}
 
 /// The running listener (a component: stopped with the daemon).
 pub struct HttpListener {
@@ -73,11 +83,15 @@ impl HttpListener {
         config: &HttpConfig,
         otlp: &OtlpConfig,
         data_dir: &Path,
-        pipeline: Arc<Pipeline>,
-        store: Store,
-        hub: Arc<Hub>,
-        checkpoints: Arc<Checkpoints>,
+        daemon: DaemonParts,
     ) -> Arc<HttpListener> {
+        let DaemonParts {
+            pipeline,
+            store,
+            hub,
+            checkpoints,
+            agents,
+        } = daemon;
         let addr = match config.listen() {
             Ok(Listen::At(a)) => a,
             Ok(Listen::Off) => return HttpListener::off("off ([http] listen = \"off\")".into()),
@@ -108,6 +122,8 @@ impl HttpListener {
             hub,
             checkpoints,
             token: token.clone(),
+            agents,
+            noted_peers: Mutex::default(),
             allowed_origins: config.allowed_origins.clone(),
             max_body_bytes: config.max_body_bytes,
             stats: stats.clone(),
