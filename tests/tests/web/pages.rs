@@ -140,3 +140,27 @@ fn every_page_loads_without_console_errors() {
     b.screenshot("session-at-hit");
     b.assert_no_console_errors("a session opened from a search hit");
 }
+
+#[test]
+fn without_a_login_the_page_says_how_to_get_one() {
+    let d = Daemon::start_with(CONFIG);
+    let (_, origin) = open_link(&d, None);
+    let b = Browser::start();
+    b.goto(&format!("{origin}/"));
+    let banner = b.wait_for("#banner:not([hidden])");
+    b.wait_until("the banner names dstream open", |b| {
+        b.text(&banner).contains("dstream open")
+    });
+    // Nothing else was shown or asked for after the first refusal.
+    assert!(b.find("main table, main .timeline").is_none());
+    let errors: Vec<String> = b
+        .console()
+        .into_iter()
+        .filter(|m| m.starts_with("SEVERE"))
+        .collect();
+    assert!(
+        errors.iter().all(|m| m.contains("401")),
+        "only the refusal itself: {errors:?}"
+    );
+    b.screenshot("not-logged-in");
+}
