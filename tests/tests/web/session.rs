@@ -301,3 +301,28 @@ fn a_subagents_own_timeline_is_nested_under_its_spawn() {
         b.text(&row).contains("(subagent)")
     });
 }
+
+#[test]
+fn a_page_opened_before_its_session_exists_shows_it_once_it_does() {
+    let d = Daemon::start_with(CONFIG);
+    let (b, _) = logged_in(&d, Some("soon"));
+    b.wait_until("the page says there is no such session", |b| {
+        b.find(".conn")
+            .is_some_and(|e| b.text(&e) == "no such session")
+    });
+    let mut c = d.client();
+    append(&mut c, "soon", "user.input", json!({"text": "here now"}));
+    wait_text(&b, "here now");
+    b.wait_until("the timeline follows live", |b| {
+        b.find(".conn.good").is_some()
+    });
+    let errors: Vec<String> = b
+        .console()
+        .into_iter()
+        .filter(|m| m.starts_with("SEVERE"))
+        .collect();
+    assert!(
+        errors.len() == 1 && errors[0].contains("404"),
+        "one 404, not a retry loop: {errors:?}"
+    );
+}

@@ -94,6 +94,7 @@ export class Follower {
   }
 
   async start() {
+    this.missing = false;
     try {
       for (;;) {
         const r = await fetch(`${streamUrl(this.id)}?offset=${this.offset}`, {
@@ -113,6 +114,13 @@ export class Follower {
       this.live();
     } catch (e) {
       if (e instanceof AuthError) return;
+      // No such session (yet): asking again would only fail again; whoever knows it exists
+      // (the sessions list) calls start() once it does.
+      if (e instanceof HttpError && e.status === 404) {
+        this.missing = true;
+        this.onState('no such session');
+        return;
+      }
       this.onState(`error: ${e.message}; retrying`);
       this.again();
     }

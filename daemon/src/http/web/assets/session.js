@@ -120,6 +120,7 @@ export function sessionView(root, id, params) {
       const list = ((await api.sessions()) || {}).sessions || [];
       const s = list.find((x) => x.id === id);
       if (s) showMeta(s);
+      if (s && follower.missing) follower.start();
       for (const x of list) {
         const start = waitingChildren.get(x.id);
         if (start) {

@@ -41,6 +41,7 @@ export function sessionsView(root, params) {
     body,
   );
   const empty = h('p.empty', { hidden: true }, 'No sessions match.');
+  const more = h('p.quiet', { hidden: true });
   clear(root).append(
     h('h1', 'Sessions'),
     form,
@@ -53,6 +54,7 @@ export function sessionsView(root, params) {
     ),
     table,
     empty,
+    more,
   );
 
   let list = [];
@@ -82,7 +84,10 @@ export function sessionsView(root, params) {
   let timer = null;
   const poll = async () => {
     try {
-      list = ((await api.sessions()) || {}).sessions || [];
+      const r = (await api.sessions()) || {};
+      list = r.sessions || [];
+      more.hidden = !(r.total > list.length);
+      setText(more, `The ${list.length} most recently active of ${r.total} sessions.`);
       const agents = [...new Set(list.map((s) => s.agent).filter(Boolean))].sort();
       const have = new Set([...agent.options].map((o) => o.value));
       for (const a of agents) if (!have.has(a)) agent.append(h('option', { value: a }, a));
