@@ -164,3 +164,65 @@ fn without_a_login_the_page_says_how_to_get_one() {
     );
     b.screenshot("not-logged-in");
 }
+
+/// The sessions a mapping snapshot holds (`tests/tests/snapshots/`, what real agents' runs
+/// stored), appended again to `c`: real shapes of Claude Code's and OpenCode's events.
+fn load_snapshot(c: &mut Client, name: &str) -> Vec<String> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/snapshots")
+        .join(name);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let body = text.splitn(3, "---").nth(2).expect("an insta snapshot");
+    let sessions: serde_json::Map<String, Value> = serde_json::from_str(body).unwrap();
+    for (id, events) in &sessions {
+        for e in events.as_array().unwrap() {
+            let mut e = e.clone();
+            // Their ids were normalized for the snapshot; the daemon gives new ones.
+            for k in ["id", "lsn", "causation_id"] {
+                e.as_object_mut().unwrap().remove(k);
+            }
+            c.ok("append", json!({"session_id": id, "event": e}));
+        }
+    }
+    sessions.keys().cloned().collect()
+}
+
+#[test]
+fn real_agent_runs_render_without_errors() {
+    let d = Daemon::start_with(CONFIG);
+    let mut c = d.client();
+    let (b, origin) = logged_in(&d, None);
+    for (snapshot, session, shown) in [
+        (
+            "mappings__claude-code__run-basic.snap",
+            "713d29a2-d15d-4094-88d2-5bac935ebd59",
+            vec!["Run echo hello-from-dstream", "echo hello-from-dstream", "ok · 28 ms"],
+        ),
+        (
+            "mappings__claude-code__run-subagent.snap",
+            "ab4044e0-38b7-4a93-815b-70a9cb05f7af",
+            vec!["spawned general-purpose", "echo hello-from-subagent"],
+        ),
+        (
+            "mappings__opencode__run-subagent.snap",
+            "ses_df73bfd4bffe0arfBKn8y00GRU",
+            vec!["Delegate an echo to a subagent", "The subagent is done."],
+        ),
+        (
+            "mappings__claude-code__run-permission.snap",
+            "b7de1b5b-a75f-4aef-89c9-9979e92e1e3c",
+            vec!["/tmp/dstream-never-written.txt"],
+        ),
+    ] {
+        load_snapshot(&mut c, snapshot);
+        b.goto(&format!("{origin}/#/session/{session}"));
+        for text in shown {
+            wait_text(&b, text);
+        }
+        b.screenshot(&format!(
+            "real-{}",
+            snapshot.trim_start_matches("mappings__").trim_end_matches(".snap")
+        ));
+        b.assert_no_console_errors(snapshot);
+    }
+}

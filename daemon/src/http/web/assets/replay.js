@@ -106,12 +106,22 @@ export class Replay {
     return this.at === null ? this.last() : this.at;
   }
 
-  // The event before or after the current point.
+  // Whether the event at `lsn` is a bookkeeping row the timeline hides now.
+  hidden(lsn) {
+    if (!this.tl.classList.contains('hide-quiet')) return false;
+    const row = this.tl.querySelector(`:scope > .item[data-lsn="${lsn}"]`);
+    return !!row && row.classList.contains('quiet');
+  }
+
+  // The event before or after the current point (one that is shown).
   step(dir) {
     const here = this.position();
-    const lsns = this.events.map((e) => e.lsn);
-    const next = dir > 0 ? lsns.find((l) => l > here) : [...lsns].reverse().find((l) => l < here);
-    if (next !== undefined) this.go(next);
+    let i = this.events.findIndex((e) => e.lsn >= here);
+    if (i < 0) i = this.events.length;
+    if (dir > 0 && i < this.events.length && this.events[i].lsn === here) i++;
+    if (dir < 0) i--;
+    while (i >= 0 && i < this.events.length && this.hidden(this.events[i].lsn)) i += dir > 0 ? 1 : -1;
+    if (i >= 0 && i < this.events.length) this.go(this.events[i].lsn);
   }
 
   stepTool(dir) {

@@ -36,8 +36,25 @@ export function sessionView(root, id, params) {
     onChild: (child, box, depth) => nest(child, box, depth),
   });
   const replay = new Replay(tlEl);
+  // Bookkeeping events (status changes, message updates, steps) are hidden unless asked for.
+  const showQuiet = h('input', { type: 'checkbox', checked: localStorage.getItem('dstream.showQuiet') === '1' });
+  const applyQuiet = () => {
+    tlEl.classList.toggle('hide-quiet', !showQuiet.checked);
+    try {
+      localStorage.setItem('dstream.showQuiet', showQuiet.checked ? '1' : '0');
+    } catch {
+      // Not remembered, then.
+    }
+  };
+  showQuiet.addEventListener('change', applyQuiet);
+  applyQuiet();
   clear(root).append(
-    h('div.session-head', h('h1', h('span.quiet', 'session '), id), state),
+    h(
+      'div.session-head',
+      h('h1', h('span.quiet', 'session '), id),
+      state,
+      h('label.quiet-toggle', showQuiet, ' bookkeeping events'),
+    ),
     meta,
     replay.el,
     fresh,
@@ -94,6 +111,11 @@ export function sessionView(root, id, params) {
   function goTo(lsn) {
     const row = replay.rowAt(lsn);
     if (!row) return;
+    // A hit on a bookkeeping event shows them all rather than nothing.
+    if (row.classList.contains('quiet') && !showQuiet.checked) {
+      showQuiet.checked = true;
+      applyQuiet();
+    }
     row.classList.add('hit');
     row.scrollIntoView({ block: 'center' });
     row.focus({ preventScroll: true });

@@ -80,7 +80,7 @@ export class Timeline {
     if (t === 'usage.request') {
       const cost = usd(p);
       const tokens = `${num(p, 'input_tokens') ?? 0} in / ${num(p, 'output_tokens') ?? 0} out`;
-      return this.put(this.row(e, 'usage quiet', cost === undefined ? '$?' : dollars(cost), `${str(p, 'model') ?? 'model'} ${tokens}`));
+      return this.put(this.row(e, 'usage', cost === undefined ? '$?' : dollars(cost), `${str(p, 'model') ?? 'model'} ${tokens}`));
     }
     if (t === 'agent.spawned') return this.spawned(e, p);
     if (t === 'agent.completed') {
