@@ -196,7 +196,11 @@ fn real_agent_runs_render_without_errors() {
         (
             "mappings__claude-code__run-basic.snap",
             "713d29a2-d15d-4094-88d2-5bac935ebd59",
-            vec!["Run echo hello-from-dstream", "echo hello-from-dstream", "ok · 28 ms"],
+            vec![
+                "Run echo hello-from-dstream",
+                "echo hello-from-dstream",
+                "ok · 28 ms",
+            ],
         ),
         (
             "mappings__claude-code__run-subagent.snap",
@@ -221,7 +225,9 @@ fn real_agent_runs_render_without_errors() {
         }
         b.screenshot(&format!(
             "real-{}",
-            snapshot.trim_start_matches("mappings__").trim_end_matches(".snap")
+            snapshot
+                .trim_start_matches("mappings__")
+                .trim_end_matches(".snap")
         ));
         b.assert_no_console_errors(snapshot);
     }
