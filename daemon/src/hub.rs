@@ -5,9 +5,13 @@
 //! It is a ring bounded in *bytes*, not events: a reader that falls further behind than the
 //! ring holds is told it lagged (and goes back to the logs, see [`crate::follower`]); the commit
 //! thread never waits for a reader, and a stalled reader never holds more than the ring.
+//! Events every reader has read are dropped at once: readers only ever start at the next event,
+//! so nothing behind the slowest one can be asked for again, and a stream whose readers keep up
+//! (the search index, the pipeline's observers) holds next to nothing.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::watch;
 
@@ -33,6 +37,36 @@ struct Ring {
     /// Sequence number of `events[0]`.
     first_seq: u64,
     bytes: usize,
+    /// Each live reader's next sequence number.
+    readers: Vec<Weak<AtomicU64>>,
+}
+
+impl Ring {
+    fn pop_front(&mut self) {
+        if let Some(old) = self.events.pop_front() {
+            self.bytes -= old.event.len() + old.session.len();
+            self.first_seq += 1;
+        }
+    }
+
+    /// Drops the events every live reader is past (and forgets readers that are gone).
+    fn drop_read(&mut self) {
+        let mut slowest = u64::MAX;
+        self.readers.retain(|r| match r.upgrade() {
+            Some(next) => {
+                slowest = slowest.min(next.load(Ordering::Acquire));
+                true
+            }
+            None => false,
+        });
+        while self.first_seq < slowest && !self.events.is_empty() {
+            self.pop_front();
+        }
+        // A burst's worth of slots is given back once the ring is nearly empty again.
+        if self.events.capacity() > 1024 && self.events.len() < self.events.capacity() / 8 {
+            self.events.shrink_to(self.events.len() * 2);
+        }
+    }
 }
 
 /// The reader fell behind by more than the ring holds; events were skipped on the stream.
@@ -61,11 +95,10 @@ impl Hub {
                 ring.bytes += c.event.len() + c.session.len();
                 ring.events.push_back(Arc::new(c));
             }
+            ring.drop_read();
             // Keep the newest event even if it alone is over the cap.
             while ring.bytes > self.cap_bytes && ring.events.len() > 1 {
-                let old = ring.events.pop_front().expect("not empty");
-                ring.bytes -= old.event.len() + old.session.len();
-                ring.first_seq += 1;
+                ring.pop_front();
             }
             ring.first_seq + ring.events.len() as u64
         };
@@ -74,13 +107,25 @@ impl Hub {
 
     /// A reader that starts at the next event published.
     pub fn subscribe(self: &Arc<Self>) -> HubReader {
+        let mut ring = self.ring.lock().unwrap();
         let rx = self.published.subscribe();
-        let next = *rx.borrow();
+        // From the ring, not `rx`: a batch already in the ring may not be announced yet, and
+        // with no reader it is dropped at once.
+        let next = ring.first_seq + ring.events.len() as u64;
+        let position = Arc::new(AtomicU64::new(next));
+        ring.readers.push(Arc::downgrade(&position));
         HubReader {
             hub: self.clone(),
             rx,
             next,
+            position,
         }
+    }
+
+    /// Events held now (for tests and `stats`).
+    pub fn held(&self) -> (usize, usize) {
+        let ring = self.ring.lock().unwrap();
+        (ring.events.len(), ring.bytes)
     }
 }
 
@@ -88,6 +133,8 @@ pub struct HubReader {
     hub: Arc<Hub>,
     rx: watch::Receiver<u64>,
     next: u64,
+    /// `next`, where the hub sees it (to drop what every reader has read).
+    position: Arc<AtomicU64>,
 }
 
 impl HubReader {
@@ -99,10 +146,12 @@ impl HubReader {
                 let ring = self.hub.ring.lock().unwrap();
                 if self.next < ring.first_seq {
                     self.next = ring.first_seq;
+                    self.position.store(self.next, Ordering::Release);
                     return Err(Lagged);
                 }
                 if let Some(c) = ring.events.get((self.next - ring.first_seq) as usize) {
                     self.next += 1;
+                    self.position.store(self.next, Ordering::Release);
                     return Ok(c.clone());
                 }
             }
@@ -149,5 +198,33 @@ mod tests {
                 Err(Lagged) => break,
             }
         }
+    }
+
+    #[tokio::test]
+    async fn events_every_reader_has_read_are_not_kept() {
+        let hub = Hub::new(1 << 20);
+        hub.publish([event("s", 1, 100)]);
+        assert_eq!(hub.held().0, 0, "no reader: nothing kept");
+        let mut a = hub.subscribe();
+        let mut b = hub.subscribe();
+        for lsn in 2..=11 {
+            hub.publish([event("s", lsn, 100)]);
+        }
+        assert_eq!(hub.held().0, 10);
+        for _ in 0..10 {
+            a.recv().await.unwrap();
+        }
+        for _ in 0..4 {
+            b.recv().await.unwrap();
+        }
+        hub.publish([event("s", 12, 100)]);
+        // b has read 4 of the 10: 6 of them remain for it, and the new one.
+        assert_eq!(hub.held().0, 7);
+        drop(b);
+        hub.publish([event("s", 13, 100)]);
+        // Only a remains, behind by 12 and 13.
+        assert_eq!(hub.held().0, 2);
+        assert_eq!(a.recv().await.unwrap().event.lsn, 12);
+        assert_eq!(a.recv().await.unwrap().event.lsn, 13);
     }
 }

@@ -61,7 +61,7 @@ pub mod state;
 pub mod store;
 mod subscription;
 mod tool_request;
-pub(crate) mod usage;
+pub mod usage;
 pub mod util;
 pub mod vfs;
 pub(crate) mod watch;

@@ -76,7 +76,7 @@ impl Envelope {
 
     /// Whether it is the agent's own telemetry (Claude Code's figures).
     pub fn is_telemetry(&self) -> bool {
-        self.metadata.get("source").and_then(Value::as_str) == Some("otlp")
+        is_telemetry(&self.metadata)
     }
 }
 
@@ -137,8 +137,8 @@ impl Usage {
         }
         match e.event_type.as_str() {
             "usage.session" => {
-                if let Some(usd) = e.payload.get("total_cost_usd").and_then(Value::as_f64) {
-                    lineage.reported_micros = Some(micros(usd));
+                if let Some(m) = reported_micros(&e.payload) {
+                    lineage.reported_micros = Some(m);
                 }
             }
             "usage.request" => {
@@ -242,8 +242,20 @@ fn add(row: &mut UsageRow, p: &Value) {
     row.cost_usd_micros += cost_micros(p);
 }
 
+/// Whether an event's `metadata` marks it as the agent's own telemetry (`source = "otlp"`):
+/// where a lineage has any, only those count (the same calls imported from a transcript
+/// would count twice).
+pub fn is_telemetry(metadata: &Value) -> bool {
+    metadata.get("source").and_then(Value::as_str) == Some("otlp")
+}
+
+/// The total an agent reported for its run (`usage.session`'s `total_cost_usd`).
+pub fn reported_micros(p: &Value) -> Option<u64> {
+    p.get("total_cost_usd").and_then(Value::as_f64).map(micros)
+}
+
 /// What one `usage.request` cost: the integer `cost_usd_micros` where the source gave one.
-pub(crate) fn cost_micros(p: &Value) -> u64 {
+pub fn cost_micros(p: &Value) -> u64 {
     match p.get("cost_usd_micros").and_then(Value::as_u64) {
         Some(m) => m,
         None => p.get("cost_usd").and_then(Value::as_f64).map_or(0, micros),

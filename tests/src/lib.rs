@@ -22,6 +22,7 @@ pub mod hostile_server;
 pub mod mock_model;
 pub mod npm_cache;
 pub mod relay;
+pub mod tmux;
 
 /// How long a daemon gets to become ready (socket accepts and `hello` answers).
 pub const READY_TIMEOUT: Duration = Duration::from_secs(10);

@@ -10,6 +10,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use dstream_tests::serde_json::{Value, json};
+use dstream_tests::tmux::Tmux;
 use dstream_tests::{Client, Daemon, daemon_bin, spawn_hook, wait_child};
 
 /// Bash calls wait for a person; `rm` is refused outright.
@@ -770,81 +771,6 @@ fn the_opencode_plugin_waits_for_the_decision_and_applies_it() {
 }
 
 // ---- dstream inbox, driven in tmux ----
-
-/// A tmux server of the test's own (`-L`), killed when the test ends however it ends.
-struct Tmux {
-    server: String,
-}
-
-impl Tmux {
-    fn start(command: &str) -> Tmux {
-        let server = format!("dstream-test-{}", std::process::id());
-        let tmux = Tmux { server };
-        let status = tmux
-            .cmd()
-            .args([
-                "new-session",
-                "-d",
-                "-s",
-                "inbox",
-                "-x",
-                "160",
-                "-y",
-                "40",
-                command,
-            ])
-            .status()
-            .expect("tmux is needed for the inbox test (apt-get install tmux)");
-        assert!(status.success(), "tmux new-session failed");
-        tmux
-    }
-
-    fn cmd(&self) -> Command {
-        let mut c = Command::new("tmux");
-        c.args(["-L", &self.server]).env_remove("TMUX");
-        c
-    }
-
-    fn screen(&self) -> String {
-        let out = self
-            .cmd()
-            .args(["capture-pane", "-p", "-t", "inbox"])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn wait_for(&self, text: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            let screen = self.screen();
-            if screen.contains(text) {
-                return screen;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{text:?} never showed in the inbox:\n{screen}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn keys(&self, keys: &[&str]) {
-        let status = self
-            .cmd()
-            .args(["send-keys", "-t", "inbox"])
-            .args(keys)
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = self.cmd().arg("kill-server").status();
-    }
-}
 
 #[test]
 fn the_inbox_shows_a_waiting_call_and_a_key_decides_it() {

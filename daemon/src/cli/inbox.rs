@@ -125,12 +125,13 @@ pub fn action_of(
     }
 }
 
-/// Puts the terminal back however the inbox ends, a panic included.
-struct TerminalGuard;
+/// Puts the terminal back however a full-screen command ends (the inbox, `replay`), a
+/// panic included.
+pub struct TerminalGuard;
 
 impl TerminalGuard {
-    fn enter() -> anyhow::Result<TerminalGuard> {
-        enable_raw_mode().context("the inbox needs a terminal")?;
+    pub fn enter() -> anyhow::Result<TerminalGuard> {
+        enable_raw_mode().context("this command needs a terminal")?;
         crossterm::execute!(std::io::stdout(), EnterAlternateScreen)?;
         let hook = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {

@@ -14,6 +14,7 @@ mod open_cmd;
 mod output;
 mod plugins_cmd;
 mod relay_cmd;
+mod replay;
 mod search_cmd;
 mod service;
 mod start;
@@ -77,6 +78,9 @@ enum Command {
     Reject(checkpoint_cmds::RejectArgs),
     /// Decide pending checkpoints interactively, as they arrive.
     Inbox(inbox::InboxArgs),
+    /// Step through a session event by event, with the files touched, cost and checkpoints
+    /// at each point (`--print`: the state at an LSN as text).
+    Replay(replay::ReplayArgs),
     /// Run one native plugin for the daemon, answering over stdin/stdout (`isolation =
     /// "process"`; the daemon starts this, not people).
     #[command(hide = true)]
@@ -154,6 +158,7 @@ pub fn main() -> ExitCode {
         Command::Approve(args) => checkpoint_cmds::approve(args),
         Command::Reject(args) => checkpoint_cmds::reject(args),
         Command::Inbox(args) => inbox::run(args),
+        Command::Replay(args) => replay::run(args),
         Command::PluginHost(a) => Ok(dstream_daemon::plugin_host_main(
             &a.library, &a.cache, &a.config,
         )),

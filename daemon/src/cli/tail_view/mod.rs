@@ -20,6 +20,8 @@ use dstream_sdk::Event;
 
 use crate::cli::tail_view::joins::Joins;
 use crate::cli::tail_view::paint::Style;
+pub use crate::cli::tail_view::paint::{Line, Tone};
+pub use crate::cli::tail_view::usage::dollars;
 
 /// Width when the terminal's cannot be read, or output is not a terminal.
 const DEFAULT_WIDTH: usize = 120;
@@ -68,11 +70,31 @@ impl TailView {
         })
     }
 
+    /// Plain text at any width, in local time: for views that lay lines out themselves
+    /// (`dstream replay`) or print them to a file.
+    pub fn plain() -> Self {
+        TailView::new(Style {
+            color: false,
+            width: 0,
+            local_time: true,
+        })
+    }
+
     fn new(style: Style) -> Self {
         TailView {
             joins: Joins::default(),
             style,
         }
+    }
+
+    /// The event in words, not yet laid out: for a view that colours and cuts it itself.
+    pub fn words(&mut self, e: &Event) -> Line {
+        words::describe(e, &mut self.joins)
+    }
+
+    /// `HH:MM:SS` of `ms`, as this view's lines show times.
+    pub fn clock(&self, ms: u64) -> String {
+        paint::clock(ms, self.style.local_time)
     }
 
     /// The event as one line (no newline).

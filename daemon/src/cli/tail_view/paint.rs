@@ -143,7 +143,7 @@ fn fit(parts: &[(String, Tone)], room: usize) -> Vec<(String, Tone)> {
 }
 
 /// `HH:MM:SS` of `ms` since the epoch.
-fn clock(ms: u64, local: bool) -> String {
+pub fn clock(ms: u64, local: bool) -> String {
     let secs = (ms / 1000) as i64;
     let (h, m, s) = if local {
         local_hms(secs).unwrap_or_else(|| utc_hms(secs))

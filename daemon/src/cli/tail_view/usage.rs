@@ -7,7 +7,7 @@ use crate::cli::tail_view::fields::{count, duration, number, text};
 use crate::cli::tail_view::paint::{Line, Tone};
 
 /// Dollars for the label column: four decimals under a dollar, two from there.
-fn dollars(usd: f64) -> String {
+pub fn dollars(usd: f64) -> String {
     if usd.abs() < 1.0 {
         format!("${usd:.4}")
     } else {
