@@ -34,7 +34,7 @@ export function sessionsView(root, params) {
       h(
         'tr',
         ['session', 'agent', 'project', 'started', 'last event', 'events', 'cost', 'pending', 'relay'].map((c) =>
-          h('th', c),
+          h(['events', 'cost', 'pending'].includes(c) ? 'th.num' : 'th', c),
         ),
       ),
     ),

@@ -224,6 +224,11 @@ export class Timeline {
     }
     if (e.type === 'checkpoint.requested' && !r.done && !r.controls) {
       r.controls = decisionControls({ id, input: p.input, options: p.options, tool: p.tool, summary: p.summary });
+      const deadline = num(p, 'deadline_ms');
+      if (deadline) {
+        const then = str(p, 'on_timeout');
+        r.controls.prepend(h('div.quiet', `undecided at ${clock(deadline)} means ${then ?? 'its default'}`));
+      }
       r.el.append(r.controls);
     } else if (['checkpoint.approved', 'checkpoint.rejected', 'checkpoint.expired'].includes(e.type)) {
       r.done = true;
