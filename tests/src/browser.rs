@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 /// How long a condition gets before the test fails; generous, the browser shares 2 cores.
-pub const WAIT: Duration = Duration::from_secs(20);
+pub const WAIT: Duration = Duration::from_secs(30);
 
 /// WebDriver's key codes (the Unicode private-use characters of the spec).
 pub mod keys {
