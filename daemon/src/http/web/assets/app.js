@@ -84,7 +84,9 @@ function nextPending() {
   const boxes = [...main.querySelectorAll('.decide.pending')].filter((el) => el.offsetParent !== null);
   if (!boxes.length) return;
   const current = document.activeElement;
-  const after = boxes.find((b) => current && current.compareDocumentPosition(b) & Node.DOCUMENT_POSITION_FOLLOWING && !current.contains(b));
+  const later = (b) =>
+    current && current.compareDocumentPosition(b) & Node.DOCUMENT_POSITION_FOLLOWING && !current.contains(b);
+  const after = boxes.find(later);
   const box = after || boxes[0];
   const item = box.closest('.item') || box;
   item.focus();

@@ -62,7 +62,8 @@ export function decisionControls(cp, onDecided = () => {}) {
   );
   for (const o of cp.options || []) {
     if (o.id === 'approve' || o.id === 'reject') continue;
-    row.append(button(o.label || o.id, `option.${o.action === 'deny' ? 'deny' : 'allow'}`, o.id, () => send(o.id)));
+    const cls = `option.${o.action === 'deny' ? 'deny' : 'allow'}`;
+    row.append(button(o.label || o.id, cls, o.id, () => send(o.id)));
   }
   row.append(note);
   const approveEdited = button('Approve with this input', 'approve-edited', 'approve-edited', () => {

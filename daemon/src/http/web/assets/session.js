@@ -37,7 +37,13 @@ export function sessionView(root, id, params) {
   });
   const replay = new Replay(tlEl);
   // Bookkeeping events (status changes, message updates, steps) are hidden unless asked for.
-  const showQuiet = h('input', { type: 'checkbox', checked: localStorage.getItem('dstream.showQuiet') === '1' });
+  let shown = false;
+  try {
+    shown = localStorage.getItem('dstream.showQuiet') === '1';
+  } catch {
+    // No storage: hidden, the default.
+  }
+  const showQuiet = h('input', { type: 'checkbox', checked: shown });
   const applyQuiet = () => {
     tlEl.classList.toggle('hide-quiet', !showQuiet.checked);
     try {

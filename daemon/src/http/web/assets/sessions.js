@@ -4,6 +4,7 @@ import * as api from './api.js';
 import { h, clear, setText, ago, dateTime, dollars, count } from './dom.js';
 
 const filters = { agent: '', text: '', pending: false };
+const COLUMNS = ['session', 'agent', 'project', 'started', 'last event', 'events', 'cost', 'pending', 'relay'];
 
 export function sessionsView(root, params) {
   const agent = h('select#f-agent', { 'aria-label': 'agent' }, h('option', { value: '' }, 'every agent'));
@@ -33,9 +34,7 @@ export function sessionsView(root, params) {
       'thead',
       h(
         'tr',
-        ['session', 'agent', 'project', 'started', 'last event', 'events', 'cost', 'pending', 'relay'].map((c) =>
-          h(['events', 'cost', 'pending'].includes(c) ? 'th.num' : 'th', c),
-        ),
+        COLUMNS.map((c) => h(['events', 'cost', 'pending'].includes(c) ? 'th.num' : 'th', c)),
       ),
     ),
     body,
@@ -62,7 +61,8 @@ export function sessionsView(root, params) {
     filters.agent = agent.value;
     filters.text = text.value.trim().toLowerCase();
     filters.pending = pendingOnly.checked;
-    const focused = document.activeElement && document.activeElement.dataset && document.activeElement.dataset.session;
+    const active = document.activeElement;
+    const focused = active && active.dataset && active.dataset.session;
     clear(body);
     const shown = list.filter(
       (s) =>
@@ -179,7 +179,8 @@ function snippet(text, highlights) {
   const bytes = new TextEncoder().encode(String(text ?? ''));
   const dec = new TextDecoder();
   let at = 0;
-  for (const [start, end] of (Array.isArray(highlights) ? highlights : []).slice().sort((a, b) => a[0] - b[0])) {
+  const ranges = (Array.isArray(highlights) ? highlights : []).slice().sort((a, b) => a[0] - b[0]);
+  for (const [start, end] of ranges) {
     if (!(start >= at && end > start && end <= bytes.length)) continue;
     el.append(dec.decode(bytes.slice(at, start)), h('mark', dec.decode(bytes.slice(start, end))));
     at = end;

@@ -21,6 +21,9 @@ const QUIET = new Set([
   'unmapped',
 ]);
 
+// Claude Code's and OpenCode's names for a tool's main argument, in the order they are tried.
+const SUBJECT_KEYS = ['command', 'file_path', 'filePath', 'path', 'url', 'pattern', 'query', 'description', 'prompt'];
+
 export class Timeline {
   // `opts`: depth (nesting), seen (the LSN last looked at: later rows are marked new),
   // onChild(childSessionId, container) to nest a subagent's own timeline.
@@ -71,47 +74,10 @@ export class Timeline {
     if (t === 'execution.tool_use') return this.toolUse(e, p);
     if (t === 'execution.tool_result' || t === 'execution.tool_state') return this.toolResult(e, p);
     if (t.startsWith('checkpoint.')) return this.checkpoint(e, p);
-    if (t === 'user.input') return this.put(this.row(e, 'you', 'you', str(p, 'text') ?? ''));
-    if (t === 'user.command') {
-      const name = str(p, 'command_name');
-      return this.put(this.row(e, 'you', 'you', name ? `/${name} ${str(p, 'command_args') ?? ''}` : str(p, 'prompt') ?? ''));
-    }
     if (t === 'message.chunk') return this.chunk(e, p);
-    if (t === 'usage.request') {
-      const cost = usd(p);
-      const tokens = `${num(p, 'input_tokens') ?? 0} in / ${num(p, 'output_tokens') ?? 0} out`;
-      return this.put(this.row(e, 'usage', cost === undefined ? '$?' : dollars(cost), `${str(p, 'model') ?? 'model'} ${tokens}`));
-    }
     if (t === 'agent.spawned') return this.spawned(e, p);
-    if (t === 'agent.completed') {
-      const said = str(p, 'last_assistant_message', 'output');
-      return this.put(this.row(e, 'agent', 'agent', `${agentName(p)} finished${said ? ': ' + firstLine(said) : ''}`));
-    }
-    if (t === 'agent.aborted') {
-      return this.put(this.row(e, 'bad', 'agent', `stopped${p.decided_by ? ' by ' + p.decided_by : ''}: ${str(p, 'reason', 'error') ?? ''}`));
-    }
-    if (t.startsWith('lifecycle.session.')) return this.lifecycle(e, p, t.slice('lifecycle.session.'.length));
-    if (t === 'files.diff') {
-      const files = (Array.isArray(p.files) ? p.files : []).map((f) => (typeof f === 'string' ? f : str(f, 'file') ?? '?'));
-      return this.put(this.row(e, files.length ? 'files' : 'files quiet', 'files', files.length ? `${files.length} changed: ${files.join(', ')}` : 'no changes'));
-    }
-    if (t === 'session.error' || t === 'plugin.error' || t === 'log.recovered') {
-      return this.put(this.row(e, 'bad', t, firstLine(str(p, 'message', 'error', 'detail', 'reason') ?? json(p, 300))));
-    }
-    const el = this.row(e, QUIET.has(t) ? 'quiet' : 'other', t, firstLine(summaryOf(p), 200));
-    return this.put(el);
-  }
-
-  lifecycle(e, p, what) {
-    if (what === 'created' || what === 'resumed') {
-      const where = str(p, 'cwd', 'directory');
-      const title = str(p, 'title');
-      const text = `${what === 'created' ? 'started' : 'resumed'}${where ? ' in ' + where : ''}${str(p, 'model') ? ', ' + p.model : ''}${title ? ': ' + title : ''}`;
-      return this.put(this.row(e, 'session', 'session', text));
-    }
-    if (what === 'ended') return this.put(this.row(e, 'session', 'session', `ended${p.reason ? ' (' + p.reason + ')' : ''}`));
-    const cls = QUIET.has(`lifecycle.session.${what}`) ? 'quiet' : 'session';
-    return this.put(this.row(e, cls, 'session', `${what} ${str(p, 'status', 'title') ?? ''}`.trim()));
+    const [cls, label, text] = line(t, p);
+    return this.put(this.row(e, cls, label, text));
   }
 
   chunk(e, p) {
@@ -124,7 +90,8 @@ export class Timeline {
     let r = this.rows.get(key);
     if (!r) {
       const label = user ? 'you' : p.kind === 'reasoning' ? 'thinking' : agentLabel(e.actor);
-      const el = this.row(e, user ? 'you' : p.kind === 'reasoning' ? 'assistant reasoning' : 'assistant', label);
+      const cls = user ? 'you' : p.kind === 'reasoning' ? 'assistant reasoning' : 'assistant';
+      const el = this.row(e, cls, label);
       const body = h('div.text.prose');
       el.append(body);
       r = { el, body, text: '' };
@@ -146,7 +113,8 @@ export class Timeline {
       const state = h('span.state.quiet', '…');
       const body = h('div.body');
       el.append(subject, state, body);
-      r = { el, subject, state, body, tool: str(p, 'tool') ?? '', lsn: e.lsn, ts: e.timestamp, input: null, done: false };
+      const tool = str(p, 'tool') ?? '';
+      r = { el, subject, state, body, tool, lsn: e.lsn, ts: e.timestamp, input: null, done: false };
       this.rows.set(`tool:${id}`, r);
       this.put(el);
     }
@@ -155,14 +123,18 @@ export class Timeline {
       r.input = p.input;
       setText(r.subject, subject(r.tool, p.input));
       const edit = editOf(r.tool, p.input);
-      if (edit) r.body.prepend(h('div.edit-file.quiet', edit.file ? String(edit.file) : ''), renderDiff(edit));
+      if (edit) {
+        r.body.prepend(h('div.edit-file.quiet', edit.file ? String(edit.file) : ''), renderDiff(edit));
+      }
       else if (p.input && typeof p.input === 'object' && Object.keys(p.input).length > 1) {
         r.body.prepend(h('details.input', h('summary', 'input'), h('pre', json(p.input))));
       }
     }
     const decision = e.metadata && e.metadata.decision;
     if (!r.done) {
-      if (decision && decision.action === 'deny') setState(r, 'bad', `denied by ${decision.decided_by ?? 'policy'}`);
+      if (decision && decision.action === 'deny') {
+        setState(r, 'bad', `denied by ${decision.decided_by ?? 'policy'}`);
+      }
       else if (decision && decision.action === 'ask') setState(r, 'ask', 'held for a decision');
       else if (p.phase && p.phase !== 'requested') setState(r, 'quiet', p.phase);
     }
@@ -190,7 +162,8 @@ export class Timeline {
       if (m) exit = Number(m[1]);
     }
     const ok = p.ok === true || (p.ok === undefined && exit === 0);
-    const words = [ok ? 'ok' : p.ok === false ? (p.interrupted ? 'interrupted' : 'failed') : p.phase ?? 'done'];
+    const failed = p.interrupted ? 'interrupted' : 'failed';
+    const words = [ok ? 'ok' : p.ok === false ? failed : p.phase ?? 'done'];
     if (exit !== undefined) words.push(`exit ${exit}`);
     if (took !== undefined) words.push(duration(took));
     setState(r, ok ? 'good' : p.ok === false ? 'bad' : 'quiet', words.join(' · '));
@@ -199,7 +172,8 @@ export class Timeline {
     const text = outputText(out, err);
     if (text) {
       const pre = h('pre.output', clip(text, 50000));
-      result.append(text.split('\n').length > 12 ? h('details.output', h('summary', `output (${text.split('\n').length} lines)`), pre) : pre);
+      const lines = text.split('\n').length;
+      result.append(lines > 12 ? h('details.output', h('summary', `output (${lines} lines)`), pre) : pre);
     }
     r.body.append(result);
     return r.el;
@@ -223,7 +197,8 @@ export class Timeline {
       else this.put(el);
     }
     if (e.type === 'checkpoint.requested' && !r.done && !r.controls) {
-      r.controls = decisionControls({ id, input: p.input, options: p.options, tool: p.tool, summary: p.summary });
+      const cp = { id, input: p.input, options: p.options, tool: p.tool, summary: p.summary };
+      r.controls = decisionControls(cp);
       const deadline = num(p, 'deadline_ms');
       if (deadline) {
         const then = str(p, 'on_timeout');
@@ -236,8 +211,9 @@ export class Timeline {
         r.controls.remove();
         r.controls = null;
       }
-      const word = e.type === 'checkpoint.approved' ? 'approved' : e.type === 'checkpoint.rejected' ? 'rejected' : 'expired';
-      const verb = e.type === 'checkpoint.approved' ? `✓ ${word}` : e.type === 'checkpoint.rejected' ? `✗ ${word}` : word;
+      let word = { 'checkpoint.approved': 'approved', 'checkpoint.rejected': 'rejected' }[e.type];
+      if (!word) word = 'expired';
+      const verb = { approved: '✓ approved', rejected: '✗ rejected' }[word] ?? word;
       const line = h(
         `div.decision.${e.type === 'checkpoint.approved' ? 'good' : 'bad'}`,
         { dataset: { lsn: e.lsn } },
@@ -251,7 +227,11 @@ export class Timeline {
       r.decided.append(line);
       if (r.tool && !r.tool.done) setState(r.tool, e.type === 'checkpoint.approved' ? 'good' : 'bad', word);
     } else if (e.type === 'checkpoint.delivered' || e.type === 'checkpoint.bypassed') {
-      r.decided.append(h('div.quiet', { dataset: { lsn: e.lsn } }, e.type === 'checkpoint.delivered' ? `handed to ${str(p, 'delivered_to') ?? 'the agent'}` : `ran undecided: ${str(p, 'reason') ?? ''}`));
+      const text =
+        e.type === 'checkpoint.delivered'
+          ? `handed to ${str(p, 'delivered_to') ?? 'the agent'}`
+          : `ran undecided: ${str(p, 'reason') ?? ''}`;
+      r.decided.append(h('div.quiet', { dataset: { lsn: e.lsn } }, text));
     }
     return r.el;
   }
@@ -268,6 +248,58 @@ export class Timeline {
     }
     return el;
   }
+}
+
+// An event that is one line of its own: [row class, label, text].
+function line(t, p) {
+  const paren = (s) => (s ? ` (${s})` : '');
+  switch (t) {
+    case 'user.input':
+      return ['you', 'you', str(p, 'text') ?? ''];
+    case 'user.command': {
+      const name = str(p, 'command_name');
+      return ['you', 'you', name ? `/${name} ${str(p, 'command_args') ?? ''}` : str(p, 'prompt') ?? ''];
+    }
+    case 'usage.request': {
+      const cost = usd(p);
+      const tokens = `${num(p, 'input_tokens') ?? 0} in / ${num(p, 'output_tokens') ?? 0} out`;
+      return ['usage', cost === undefined ? '$?' : dollars(cost), `${str(p, 'model') ?? 'model'} ${tokens}`];
+    }
+    case 'agent.completed': {
+      const said = str(p, 'last_assistant_message', 'output');
+      return ['agent', 'agent', `${agentName(p)} finished${said ? ': ' + firstLine(said) : ''}`];
+    }
+    case 'agent.aborted': {
+      const by = str(p, 'decided_by');
+      return ['bad', 'agent', `stopped${by ? ' by ' + by : ''}: ${str(p, 'reason', 'error') ?? ''}`];
+    }
+    case 'files.diff': {
+      const files = (Array.isArray(p.files) ? p.files : []).map((f) =>
+        typeof f === 'string' ? f : str(f, 'file') ?? '?',
+      );
+      if (!files.length) return ['files quiet', 'files', 'no changes'];
+      return ['files', 'files', `${files.length} changed: ${files.join(', ')}`];
+    }
+    case 'session.error':
+    case 'plugin.error':
+    case 'log.recovered':
+      return ['bad', t, firstLine(str(p, 'message', 'error', 'detail', 'reason') ?? json(p, 300))];
+  }
+  if (t.startsWith('lifecycle.session.')) {
+    const what = t.slice('lifecycle.session.'.length);
+    if (what === 'created' || what === 'resumed') {
+      const where = str(p, 'cwd', 'directory');
+      const model = str(p, 'model');
+      const title = str(p, 'title');
+      const verb = what === 'created' ? 'started' : 'resumed';
+      const text = [verb, where && ` in ${where}`, model && `, ${model}`, title && `: ${title}`];
+      return ['session', 'session', text.filter(Boolean).join('')];
+    }
+    if (what === 'ended') return ['session', 'session', `ended${paren(str(p, 'reason'))}`];
+    const cls = QUIET.has(t) ? 'quiet' : 'session';
+    return [cls, 'session', `${what} ${str(p, 'status', 'title') ?? ''}`.trim()];
+  }
+  return [QUIET.has(t) ? 'quiet' : 'other', t, firstLine(summaryOf(p), 200)];
 }
 
 function setState(r, tone, text) {
@@ -297,7 +329,7 @@ export function subject(tool, input) {
     return str(input, 'path') ? `${input.pattern} in ${input.path}` : input.pattern;
   }
   if (t === 'task' || t === 'agent') return firstLine(str(input, 'description', 'subagent_type') ?? '');
-  const s = str(input, 'command', 'file_path', 'filePath', 'path', 'url', 'pattern', 'query', 'description', 'prompt');
+  const s = str(input, ...SUBJECT_KEYS);
   return firstLine(s ?? json(input, 160).replace(/\s+/g, ' '));
 }
 

@@ -29,12 +29,12 @@ export function usageView(root) {
     try {
       const [day, model] = await Promise.all([api.usage('day', since), api.usage('model', since)]);
       const t = (day && day.total) || {};
-      setText(
-        total,
-        `${dollars((t.cost_usd_micros || 0) / 1e6)} · ${count(tokens(t))} tokens · ${count(t.requests)} model calls (from ${day.source || '?'})`,
-      );
-      chart(byDay, ((day && day.rows) || []).slice().sort((a, b) => String(a.key).localeCompare(String(b.key))));
-      chart(byModel, ((model && model.rows) || []).slice().sort((a, b) => b.cost_usd_micros - a.cost_usd_micros));
+      const cost = dollars((t.cost_usd_micros || 0) / 1e6);
+      const calls = `${count(t.requests)} model calls (from ${day.source || '?'})`;
+      setText(total, `${cost} · ${count(tokens(t))} tokens · ${calls}`);
+      const rows = (r) => ((r && r.rows) || []).slice();
+      chart(byDay, rows(day).sort((a, b) => String(a.key).localeCompare(String(b.key))));
+      chart(byModel, rows(model).sort((a, b) => b.cost_usd_micros - a.cost_usd_micros));
     } catch (e) {
       if (e instanceof api.AuthError) return;
       setText(total, `could not load usage: ${e.message}`);
@@ -52,7 +52,8 @@ export function usageView(root) {
 }
 
 function tokens(r) {
-  return (r.input_tokens || 0) + (r.output_tokens || 0) + (r.cache_read_tokens || 0) + (r.cache_write_tokens || 0);
+  const n = (k) => r[k] || 0;
+  return n('input_tokens') + n('output_tokens') + n('cache_read_tokens') + n('cache_write_tokens');
 }
 
 function chart(box, rows) {
@@ -78,7 +79,13 @@ function chart(box, rows) {
           'tokens',
           tokens(r) / maxTokens,
           `${count(tokens(r))}`,
-          `${count(r.input_tokens)} in, ${count(r.output_tokens)} out, ${count(r.cache_read_tokens)} cache read, ${count(r.cache_write_tokens)} cache write; ${count(r.requests)} calls`,
+          [
+            `${count(r.input_tokens)} in`,
+            `${count(r.output_tokens)} out`,
+            `${count(r.cache_read_tokens)} cache read`,
+            `${count(r.cache_write_tokens)} cache write`,
+            `${count(r.requests)} calls`,
+          ].join(', '),
         ),
       ),
     );
