@@ -326,3 +326,34 @@ fn a_page_opened_before_its_session_exists_shows_it_once_it_does() {
         "one 404, not a retry loop: {errors:?}"
     );
 }
+
+#[test]
+fn a_long_session_is_read_across_pages_then_followed() {
+    let d = Daemon::start_with(CONFIG);
+    // More than one catch-up response holds (the listener answers 10,000 events at most).
+    let lines: String = (0..12_000)
+        .map(|i| {
+            format!("{{\"type\":\"user.input\",\"payload\":{{\"text\":\"prompt number {i}\"}}}}\n")
+        })
+        .collect();
+    d.append_lines("long", &lines);
+    let (b, _) = logged_in(&d, Some("long"));
+    wait_text(&b, "prompt number 11999");
+    b.wait_until("the timeline follows live", |b| {
+        b.find(".conn.good").is_some()
+    });
+    let rows = b.exec(
+        "return document.querySelectorAll('.timeline > .item').length",
+        json!([]),
+    );
+    assert_eq!(rows, json!(12_000), "each event once");
+    let mut c = d.client();
+    append(
+        &mut c,
+        "long",
+        "user.input",
+        json!({"text": "and one more"}),
+    );
+    wait_text(&b, "and one more");
+    b.assert_no_console_errors("a long session");
+}
