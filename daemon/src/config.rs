@@ -379,6 +379,9 @@ impl Config {
         if let Err(e) = self.http.listen() {
             return bad("http.listen", &e);
         }
+        if self.http.max_connections == 0 {
+            return bad("http.max_connections", "must be at least 1");
+        }
         if self.http.max_body_bytes < 1024 {
             return bad("http.max_body_bytes", "must be at least 1024");
         }

@@ -241,3 +241,47 @@ fn reads_answer_as_the_protocol_says_and_refuse_the_rest() {
     assert_eq!(r.status, 401, "no token");
     assert_eq!(c.read_all("r").len(), 3, "nothing written");
 }
+
+#[test]
+fn live_readers_past_max_connections_wait_and_never_grow_the_daemon() {
+    use std::io::{Read, Write};
+    let d = Daemon::start_with("[http]\nlisten = \"0\"\nmax_connections = 2\n");
+    let l = listener(&d);
+    append(&mut d.client(), "mc", 1);
+    // Two live readers hold both connections (each waits on a long-poll at the tail).
+    let long_poll = |addr: &str, token: &str| {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        let req = format!(
+            "GET /v1/stream/mc?offset=now&live=long-poll HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {token}\r\n\r\n"
+        );
+        s.write_all(req.as_bytes()).unwrap();
+        s
+    };
+    let first = long_poll(&l.addr, &l.token);
+    let _second = long_poll(&l.addr, &l.token);
+    // A third client is not served while they hold them...
+    let mut third = std::net::TcpStream::connect(&l.addr).unwrap();
+    let req = format!(
+        "GET /v1/stream/mc?offset=-1 HTTP/1.1\r\nhost: {}\r\nauthorization: Bearer {}\r\nconnection: close\r\n\r\n",
+        l.addr, l.token
+    );
+    third.write_all(req.as_bytes()).unwrap();
+    third
+        .set_read_timeout(Some(std::time::Duration::from_millis(500)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    assert!(
+        third.read(&mut buf).is_err(),
+        "answered past [http] max_connections"
+    );
+    // ...and is, as soon as one of them leaves.
+    drop(first);
+    third
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    let mut answer = String::new();
+    third.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // The socket is not held up by them.
+    assert_eq!(d.client().read_all("mc").len(), 1);
+}

@@ -159,6 +159,7 @@ impl HttpListener {
             .with_state(app.clone());
         tracing::info!(%bound, "HTTP listener ready (web view: /; OTLP: /v1/logs, /v1/metrics; sessions: /v1/stream/<id>; hooks: /hooks/claude-code)");
         let serving_stats = stats.clone();
+        let max_connections = config.max_connections;
         let task = tokio::spawn(async move {
             let shutdown = async move {
                 let _ = stopped.wait_for(|s| *s).await;
@@ -166,6 +167,7 @@ impl HttpListener {
             let listener = peer::SameUser {
                 inner: listener,
                 stats: serving_stats,
+                slots: Arc::new(tokio::sync::Semaphore::new(max_connections)),
             };
             let service = router.into_make_service_with_connect_info::<peer::PeerAddr>();
             if let Err(e) = axum::serve(listener, service)

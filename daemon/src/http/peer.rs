@@ -8,24 +8,83 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::http::app::HttpStats;
 
-/// A listener that hands axum only connections from this user.
+/// A listener that hands axum only connections from this user, at most `[http]
+/// max_connections` at once (past it, it accepts no more until one closes).
 pub struct SameUser {
     pub inner: TcpListener,
     /// Counts the connections closed because another user made them (`refused`).
     pub stats: Arc<HttpStats>,
+    /// One permit per connection served.
+    pub slots: Arc<Semaphore>,
+}
+
+/// A connection holding its slot until it is dropped.
+pub struct Served {
+    stream: TcpStream,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl AsyncRead for Served {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Served {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
 }
 
 impl axum::serve::Listener for SameUser {
-    type Io = TcpStream;
+    type Io = Served;
     type Addr = SocketAddr;
 
-    async fn accept(&mut self) -> (TcpStream, SocketAddr) {
+    async fn accept(&mut self) -> (Served, SocketAddr) {
         loop {
+            let Ok(slot) = self.slots.clone().acquire_owned().await else {
+                std::future::pending::<()>().await; // never closed
+                unreachable!()
+            };
             let (stream, peer) = axum::serve::Listener::accept(&mut self.inner).await;
+            let _ = stream.set_nodelay(true);
             let Ok(local) = stream.local_addr() else {
                 continue;
             };
@@ -37,7 +96,15 @@ impl axum::serve::Listener for SameUser {
                     tracing::warn!(%peer, uid, "refused an HTTP connection from another user");
                 }
                 // Ours, or the OS cannot tell.
-                _ => return (stream, peer),
+                _ => {
+                    return (
+                        Served {
+                            stream,
+                            _slot: slot,
+                        },
+                        peer,
+                    );
+                }
             }
         }
     }

@@ -15,6 +15,8 @@ pub struct HttpConfig {
     pub listen: String,
     /// The largest request body, compressed or not; a larger one gets 413 before it is read.
     pub max_body_bytes: usize,
+    /// Connections served at once; more wait to be accepted.
+    pub max_connections: usize,
     /// Origins (`http://host:port`) whose pages may call the listener; none by default.
     #[serde(default)]
     pub allowed_origins: Vec<String>,
