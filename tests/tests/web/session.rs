@@ -21,6 +21,7 @@ fn a_session_page_shows_events_appended_after_it_loaded() {
     // Set on this document: a reload would lose it.
     b.exec("window.__same_page = 42;", json!([]));
 
+    let appended = Instant::now();
     append(
         &mut c,
         "live",
@@ -28,6 +29,8 @@ fn a_session_page_shows_events_appended_after_it_loaded() {
         json!({"role": "assistant", "text": "an answer appended after the page loaded", "final": true, "message_id": "m1"}),
     );
     wait_text(&b, "an answer appended after the page loaded");
+    // Said, not asserted (no timing thresholds): how long the append took to show.
+    eprintln!("appended → shown on the page: {:?}", appended.elapsed());
     append(
         &mut c,
         "live",
