@@ -152,6 +152,7 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
     components.add(retention.clone());
     // Off the append path: it follows the hub and catches up from the logs on its own thread.
     let search = crate::search::Search::start(store.clone(), hub.clone(), &config);
+    pipeline.set_tool_index(search.clone());
     components.add(search.clone());
     // Last: what hooks spooled while no daemon ran goes through everything above.
     let spool = crate::spool::drain::SpoolDrain::start(

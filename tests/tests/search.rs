@@ -307,3 +307,36 @@ fn a_session_retention_deleted_leaves_the_index() {
     let s = wait_indexed(&d, 10);
     assert_eq!(s["indexed_events"], 10, "{s}");
 }
+
+/// A tool result whose request the daemon no longer remembers (it restarted) and that lies far
+/// back in the log (further than the pipeline would ever read) is still joined to it: the index
+/// keeps every request by `tool_use_id`.
+#[test]
+fn a_result_finds_its_request_far_back_after_a_restart() {
+    let mut d = Daemon::start();
+    let mut pre = dstream_tests::claude_pre_tool_use("join-far", "toolu_far", "make");
+    pre["hook_event_name"] = json!("PreToolUse");
+    let ingested = d.client().ok(
+        "ingest",
+        json!({"source": "claude-code", "session_id": "join-far", "event": pre}),
+    );
+    let request_id = ingested["events"][0]["id"].as_str().unwrap().to_string();
+    let filler: String = (0..3000)
+        .map(|i| format!("{{\"type\":\"test.step\",\"payload\":{{\"i\":{i}}}}}\n"))
+        .collect();
+    d.append_lines("join-far", &filler);
+    d.stop();
+    d.restart();
+    wait_indexed(&d, 1);
+    let mut post = dstream_tests::claude_pre_tool_use("join-far", "toolu_far", "make");
+    post["hook_event_name"] = json!("PostToolUse");
+    post["tool_response"] = json!({"stdout": "built", "stderr": "", "interrupted": false});
+    d.client().ok(
+        "ingest",
+        json!({"source": "claude-code", "session_id": "join-far", "event": post}),
+    );
+    let events = d.client().read_all("join-far");
+    let result = events.last().unwrap();
+    assert_eq!(result["type"], "execution.tool_result", "{result}");
+    assert_eq!(result["causation_id"], request_id.as_str(), "{result}");
+}

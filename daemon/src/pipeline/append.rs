@@ -10,7 +10,7 @@ use serde_json::{Value as Json, json};
 
 use super::draft::{Draft, object};
 use super::ingest::{Done, IngestError};
-use super::joins::{JoinMemory, find_request};
+use super::joins::{JoinMemory, ToolIndex, find_request};
 use super::normalize::to_new_event;
 use crate::checkpoint::Checkpoints;
 use crate::store::{Ack, Store, StoreError};
@@ -21,6 +21,7 @@ pub(super) fn append(
     store: &Store,
     checkpoints: &Arc<Checkpoints>,
     joins: &mut JoinMemory,
+    index: Option<&dyn ToolIndex>,
     drafts: Vec<Draft>,
     decision: Option<Decision>,
     done: Done,
@@ -45,7 +46,7 @@ pub(super) fn append(
             _ => ulid::Ulid::new().to_string(),
         };
         joins.join(&mut draft, &id, |session, tool_use_id| {
-            find_request(store, session, tool_use_id)
+            find_request(store, index, session, tool_use_id)
         });
         let event_type = draft
             .event

@@ -28,9 +28,17 @@ pub struct Pipeline {
     pub observer_lagged: AtomicU64,
     /// The redactor in force (the store's entry point uses the same one).
     pub(super) redact: Arc<crate::redact::Shared>,
+    /// Shared with the pipeline thread: see [`Pipeline::set_tool_index`].
+    pub(super) tool_index: Arc<std::sync::OnceLock<Arc<dyn crate::pipeline::joins::ToolIndex>>>,
 }
 
 impl Pipeline {
+    /// Gives the joins an index of every stored tool request (the search index, which
+    /// starts after the pipeline).
+    pub fn set_tool_index(&self, index: Arc<dyn crate::pipeline::joins::ToolIndex>) {
+        let _ = self.tool_index.set(index);
+    }
+
     /// Queues a raw event; `ingest.done` is called once it is stored (or refused).
     pub async fn ingest(&self, ingest: Ingest) {
         if let Err(mpsc::error::SendError(i)) = self.queue.send(ingest).await {

@@ -1,7 +1,9 @@
 //! Joining a tool result to its request: the result's `causation_id` names the request's
-//! event, found by `tool_use_id` among the calls remembered ([`JoinMemory`], bounded) or else
-//! in the last events of the session's log. Apart from the append step that calls it so the
-//! memory's bounds and the join's rules can be tested without a store.
+//! event, found by `tool_use_id` among the calls remembered ([`JoinMemory`], bounded), else in
+//! a [`ToolIndex`] of every stored request (the search index keeps one), else in the events the
+//! index has not reached yet (a few, at the log's end), else, with no index, in the last events
+//! of the session's log. Apart from the append step that calls it so the memory's bounds and
+//! the join's rules can be tested without a store.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -80,16 +82,40 @@ impl JoinMemory {
     }
 }
 
-/// Looks for a tool request in the last events of a session's log.
-pub(super) fn find_request(store: &Store, session: &str, tool_use_id: &str) -> Option<String> {
+/// Every stored tool request, by session and `tool_use_id`.
+pub trait ToolIndex: Send + Sync {
+    /// The request's event id, or else the LSN up to which the session's requests are all
+    /// indexed (0 when the index has none of them, or is off).
+    fn tool_request(&self, session: &str, tool_use_id: &str) -> Result<String, u64>;
+}
+
+/// Looks for a tool request in `index`, then in the events of the session's log past what it
+/// holds (at most the last [`JOIN_LOOKBACK`]).
+pub(super) fn find_request(
+    store: &Store,
+    index: Option<&dyn ToolIndex>,
+    session: &str,
+    tool_use_id: &str,
+) -> Option<String> {
+    let indexed = match index.map(|ix| ix.tool_request(session, tool_use_id)) {
+        Some(Ok(id)) => return Some(id),
+        Some(Err(upto)) => upto,
+        None => 0,
+    };
     let s = store.get(session)?;
     let upto = s.committed_lsn();
-    let from = upto.saturating_sub(JOIN_LOOKBACK) + 1;
+    let from = (upto.saturating_sub(JOIN_LOOKBACK) + 1).max(indexed + 1);
+    if from > upto {
+        return None;
+    }
     let events = read_range(&s, from, upto, JOIN_LOOKBACK as usize, 16 << 20).ok()?;
     let mut buf = Vec::new();
+    let needle = memchr::memmem::Finder::new(tool_use_id.as_bytes());
     events.iter().rev().find_map(|e| {
         buf.clear();
         e.write_to(&mut buf);
+        // Only an event that names the id is parsed.
+        needle.find(&buf)?;
         let v: Json = serde_json::from_slice(&buf).ok()?;
         let matches = v.get("type").and_then(Json::as_str) == Some("execution.tool_use")
             && v.pointer("/payload/tool_use_id").and_then(Json::as_str) == Some(tool_use_id);

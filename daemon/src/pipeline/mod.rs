@@ -32,7 +32,7 @@ mod fair;
 mod filter;
 mod handle;
 mod ingest;
-mod joins;
+pub mod joins;
 mod map;
 mod normalize;
 mod observe;

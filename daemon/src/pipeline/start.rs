@@ -58,6 +58,7 @@ impl Pipeline {
             ingested: AtomicU64::new(0),
             observer_lagged: AtomicU64::new(0),
             redact,
+            tool_index: Arc::default(),
         });
         let worker = Worker {
             store,
@@ -66,6 +67,7 @@ impl Pipeline {
             plugins: pipeline.plugins.subscribe(),
             pipeline: Arc::downgrade(&pipeline),
             joins: JoinMemory::default(),
+            tool_index: pipeline.tool_index.clone(),
         };
         std::thread::Builder::new()
             .name("dstream-pipeline".into())

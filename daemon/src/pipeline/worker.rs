@@ -4,8 +4,8 @@
 //! a tool call nobody waits for any more); each step is in its own file.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
 
 use serde_json::{Map, Value as Json, json};
 use tokio::sync::{mpsc, watch};
@@ -17,7 +17,7 @@ use super::fair::FairQueue;
 use super::filter::process;
 use super::handle::Pipeline;
 use super::ingest::{Ingest, IngestError};
-use super::joins::JoinMemory;
+use super::joins::{JoinMemory, ToolIndex};
 use super::map::map;
 use super::verdict::{request_kind, verdict};
 use crate::budget::Budgets;
@@ -35,6 +35,8 @@ pub(super) struct Worker {
     pub(super) plugins: watch::Receiver<Arc<PluginSet>>,
     pub(super) pipeline: std::sync::Weak<Pipeline>,
     pub(super) joins: JoinMemory,
+    /// Where results find requests the joins no longer remember (set once the index runs).
+    pub(super) tool_index: Arc<OnceLock<Arc<dyn ToolIndex>>>,
 }
 
 impl Worker {
@@ -213,6 +215,7 @@ impl Worker {
             &self.store,
             &self.checkpoints,
             &mut self.joins,
+            self.tool_index.get().map(|ix| &**ix),
             drafts,
             decision,
             done,

@@ -13,10 +13,11 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
+use crate::search::tool_uses::{self, ToolUses};
 use crate::search::usage_rows::{self, UsageBatch};
 
 /// Bumped whenever the schema or what is indexed changes: an older file is rebuilt.
-const SCHEMA_VERSION: i64 = 2;
+const SCHEMA_VERSION: i64 = 3;
 /// LSNs take the low bits of a document's rowid; the session's number the rest.
 const LSN_BITS: u32 = 40;
 pub const MAX_LSN: u64 = (1 << LSN_BITS) - 1;
@@ -152,8 +153,9 @@ impl Writer {
         }
         let conn = connect(dir, true)?;
         conn.execute_batch(&format!(
-            "BEGIN; {SCHEMA} {} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;",
-            usage_rows::SCHEMA
+            "BEGIN; {SCHEMA} {} {} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;",
+            usage_rows::SCHEMA,
+            tool_uses::SCHEMA
         ))?;
         crate::search::boot::mark_open(dir)?;
         Ok(Writer {
@@ -217,15 +219,18 @@ impl Writer {
         Ok(self.conn.last_insert_rowid())
     }
 
-    /// Stores `docs`, their `usage` and the sessions' new indexed LSNs in one transaction.
+    /// Stores `docs`, their `usage`, the tool requests and the sessions' new indexed LSNs in
+    /// one transaction.
     pub fn write(
         &mut self,
         docs: &[Doc],
         usage: &UsageBatch,
+        tools: &ToolUses,
         marks: &[(i64, u64)],
     ) -> Result<(), IndexError> {
         let tx = self.conn.transaction()?;
         usage.write(&tx)?;
+        tools.write(&tx)?;
         {
             let mut fts = tx.prepare_cached("INSERT INTO fts(rowid, text) VALUES (?1, ?2)")?;
             let mut row = tx.prepare_cached("INSERT INTO docs(id, ts, tid) VALUES (?1, ?2, ?3)")?;
@@ -262,15 +267,16 @@ impl Writer {
     pub fn remove(&mut self, sid: i64, lsn: u64, forget: bool) -> Result<u64, IndexError> {
         let (lo, hi) = (doc_id(sid, lsn + 1), session_range(sid).1);
         let tx = self.conn.transaction()?;
-        // Usage is kept in sums, which cannot be cut at an LSN: only a whole session goes.
-        if lsn == 0 {
-            let name: Option<String> = tx
-                .query_row("SELECT name FROM sessions WHERE sid = ?1", [sid], |r| {
-                    r.get(0)
-                })
-                .optional()?;
-            if let Some(name) = name {
-                usage_rows::delete_session(&tx, &name)?;
+        let name: Option<String> = tx
+            .query_row("SELECT name FROM sessions WHERE sid = ?1", [sid], |r| {
+                r.get(0)
+            })
+            .optional()?;
+        if let Some(name) = &name {
+            tool_uses::delete_above(&tx, name, lsn)?;
+            // Usage is kept in sums, which cannot be cut at an LSN: only a whole session goes.
+            if lsn == 0 {
+                usage_rows::delete_session(&tx, name)?;
             }
         }
         tx.execute(
@@ -484,6 +490,7 @@ mod tests {
                 doc(b, 7, "user.input", "no match here"),
             ],
             &UsageBatch::default(),
+            &Default::default(),
             &[(a, 2), (b, 7)],
         )
         .unwrap();
@@ -529,8 +536,13 @@ mod tests {
         let n = RANK_WINDOW as u64 + 500;
         let mut docs = vec![doc(old, 1, "t", "common rare rare rare")];
         docs.extend((1..=n).map(|lsn| doc(new, lsn, "t", "common words here")));
-        w.write(&docs, &UsageBatch::default(), &[(old, 1), (new, n)])
-            .unwrap();
+        w.write(
+            &docs,
+            &UsageBatch::default(),
+            &Default::default(),
+            &[(old, 1), (new, n)],
+        )
+        .unwrap();
         let r = reader(dir.path()).unwrap();
         // The best match of `common` is the old event, outside the latest RANK_WINDOW matches.
         let hits = query(&r, "common", &Filter::default(), 3).unwrap();

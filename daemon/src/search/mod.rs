@@ -6,7 +6,8 @@
 //! - [`boot`]: telling a machine restart from a daemon crash, since the index never syncs;
 //! - [`observer`]: the `dstream-search` thread that fills it from the hub and the logs;
 //! - [`snippet`]: the user's query as FTS5 syntax, and the highlighted snippets;
-//! - [`query`]: answering `search`: ranked hits, each read back from its log for its snippet.
+//! - [`query`]: answering `search`: ranked hits, each read back from its log for its snippet;
+//! - [`tool_uses`]: every tool request by `tool_use_id`, for the pipeline's joins.
 //!
 //! This module is the component: it starts and stops the thread as `[search] enabled` says,
 //! hands `reindex` to it, and reports for `stats`.
@@ -18,6 +19,7 @@ pub mod observer;
 pub mod query;
 pub mod settings;
 pub mod snippet;
+pub mod tool_uses;
 pub mod usage_rows;
 
 use std::path::{Path, PathBuf};

@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::hub::{Committed, Hub, HubReader, Lagged};
 use crate::search::extract::extract;
 use crate::search::index::{Doc, IndexError, MAX_LSN, Writer};
+use crate::search::tool_uses::ToolUses;
 use crate::search::usage_rows::UsageBatch;
 use crate::store::{EventJson, Session, Store};
 
@@ -88,6 +89,7 @@ pub fn spawn(
         sessions: HashMap::new(),
         docs: Vec::new(),
         usage: UsageBatch::default(),
+        tools: ToolUses::default(),
         bytes: 0,
         marks: HashMap::new(),
         dirty: HashSet::new(),
@@ -131,6 +133,8 @@ struct Observer {
     docs: Vec<Doc>,
     /// What the batch's events cost (see `usage_rows`), written with the documents.
     usage: UsageBatch,
+    /// The batch's tool requests.
+    tools: ToolUses,
     bytes: usize,
     marks: HashMap<i64, u64>,
     /// Sessions to catch up from their logs; all of them.
@@ -330,6 +334,7 @@ impl Observer {
         event.write_to(&mut json);
         self.marks.insert(sid, event.lsn);
         self.usage.add(&json);
+        self.tools.add(&json);
         let Some(e) = extract(&json) else { return };
         if e.text.is_empty() || e.lsn > MAX_LSN {
             return;
@@ -352,7 +357,8 @@ impl Observer {
         let marks: Vec<(i64, u64)> = self.marks.iter().map(|(&s, &l)| (s, l)).collect();
         let docs = std::mem::take(&mut self.docs);
         let usage = std::mem::take(&mut self.usage);
-        let result = self.ix()?.write(&docs, &usage, &marks);
+        let tools = std::mem::take(&mut self.tools);
+        let result = self.ix()?.write(&docs, &usage, &tools, &marks);
         self.marks.clear();
         self.bytes = 0;
         result?;

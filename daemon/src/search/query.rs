@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 
 use dstream_sdk::protocol::{SearchHit, UsageResult};
 
+use crate::pipeline::joins::ToolIndex;
 use crate::search::extract::extract;
 use crate::search::index::{self, Filter, QueryError};
 use crate::search::snippet::{snippet, terms, to_fts};
@@ -144,6 +145,32 @@ impl Search {
         }
     }
 
+    /// A tool request by `tool_use_id` (see [`ToolIndex`]).
+    fn find_tool_request(&self, session: &str, tool_use_id: &str) -> Result<String, u64> {
+        if !self.enabled() {
+            return Err(0);
+        }
+        // Read before the query: what the query then sees holds at least this much.
+        let indexed = self
+            .shared
+            .indexed
+            .lock()
+            .unwrap()
+            .get(session)
+            .copied()
+            .unwrap_or(0);
+        let Ok(Some((generation, conn))) = self.reader() else {
+            return Err(0);
+        };
+        let found = crate::search::tool_uses::find(&conn, session, tool_use_id);
+        self.give_back(generation, conn);
+        match found {
+            Ok(Some(id)) => Ok(id),
+            Ok(None) => Err(indexed),
+            Err(_) => Err(0),
+        }
+    }
+
     fn reader(&self) -> Result<Option<(u64, rusqlite::Connection)>, SearchError> {
         let generation = self.shared.generation.load(Ordering::Relaxed);
         {
@@ -167,5 +194,11 @@ impl Search {
         if pool.len() < POOL && generation == self.shared.generation.load(Ordering::Relaxed) {
             pool.push((generation, conn));
         }
+    }
+}
+
+impl ToolIndex for Search {
+    fn tool_request(&self, session: &str, tool_use_id: &str) -> Result<String, u64> {
+        self.find_tool_request(session, tool_use_id)
     }
 }

@@ -45,7 +45,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, Result, bail};
 
 use load::{Appender, HttpAppender, LoadResult, RpcAppender, closed_loop, push_append_request};
-use procs::{DstreamSetup, RefSetup, ctx_switches, rss_mb, status_field};
+use procs::{DstreamSetup, RefSetup, ctx_switches, rss_anon_mb, rss_mb, status_field};
 use stats::{Better, Table, pcts};
 
 const FSYNC_ALWAYS: &str = "fsync = \"always\"";
@@ -464,6 +464,9 @@ impl Bench<'_> {
         if let Some(v) = rss_mb(d.pid()) {
             self.ours.insert("rss/idle", v);
         }
+        if let Some(v) = rss_anon_mb(d.pid()) {
+            self.ours.insert("rss/idle_anon", v);
+        }
         d.stop()?;
         Ok(())
     }
@@ -475,6 +478,9 @@ impl Bench<'_> {
         std::thread::sleep(Duration::from_secs(1));
         if let Some(v) = rss_mb(r.pid()) {
             self.theirs.insert("rss/idle", v);
+        }
+        if let Some(v) = rss_anon_mb(r.pid()) {
+            self.theirs.insert("rss/idle_anon", v);
         }
         r.stop()?;
         Ok(())
@@ -965,7 +971,44 @@ impl Bench<'_> {
             })
             .collect::<Result<Vec<_>>>()?;
         let (mut r, _, _) = closed_loop(ingesters, self.o.warmup, self.o.measure, None, &|| ());
+        // Results whose requests the daemon never saw (a user who hooked only PostToolUse, a
+        // restart mid-session): each must be looked up, and the logs grow meanwhile.
+        let unmatched_ingesters = (0..16)
+            .map(|k| {
+                let session = format!("unmatched-{k}");
+                let events: Vec<String> = (0..64)
+                    .map(|i| {
+                        serde_json::json!({
+                            "session_id": session, "transcript_path": "/tmp/t.jsonl",
+                            "cwd": "/tmp/project", "hook_event_name": "PostToolUse",
+                            "tool_name": "Bash", "tool_use_id": format!("toolu_{k}_{i}"),
+                            "tool_input": {"command": "cat notes.txt"},
+                            "tool_response": {"stdout": "x".repeat(160), "stderr": "", "interrupted": false},
+                        })
+                        .to_string()
+                    })
+                    .collect();
+                Ok(Box::new(agents::Ingester::connect(
+                    &s.socket(),
+                    &session,
+                    std::sync::Arc::new(events),
+                )?) as Box<dyn Appender>)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let (mut u, _, _) = closed_loop(
+            unmatched_ingesters,
+            self.o.warmup,
+            self.o.measure,
+            None,
+            &|| (),
+        );
         d.stop()?;
+        let pu = pcts(&mut u.lat_ns, 1e3);
+        eprintln!(
+            "bench:   ingest of unmatched PostToolUse C=16: {:.0}/s, p50 {:?} µs, errors {}",
+            u.per_sec, pu.p50, u.errors
+        );
+        self.ours.insert("ingest_unmatched/s", u.per_sec);
         let p = pcts(&mut r.lat_ns, 1e3);
         eprintln!(
             "bench:   ingest C=16: {:.0}/s, p50 {:?} µs, errors {}",
@@ -1479,6 +1522,12 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
         Better::Higher,
     );
     t.add(
+        "`ingest` of PostToolUse results whose request was never seen (160-byte stdout), C=16 over 16 growing sessions, events/s",
+        get(ours, "ingest_unmatched/s"),
+        None,
+        Better::Higher,
+    );
+    t.add(
         format!("`dstream import claude-code`, transcript lines/s ({IMPORT_SESSIONS} generated sessions of {IMPORT_TURNS} tool turns, fsync=always)"),
         get(ours, "import/lines_s"),
         None,
@@ -1829,6 +1878,12 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
         "RSS idle MB (fresh, 1 s after ready)",
         get(ours, "rss/idle"),
         get(theirs, "rss/idle"),
+        Better::Lower,
+    );
+    t.add(
+        "RSS idle, anonymous only MB (without the binary's code mapped from the page cache)",
+        get(ours, "rss/idle_anon"),
+        get(theirs, "rss/idle_anon"),
         Better::Lower,
     );
     t.add(

@@ -371,8 +371,19 @@ impl RefSetup {
 
 /// VmRSS of a process in MB (MiB), from /proc.
 pub fn rss_mb(pid: u32) -> Option<f64> {
+    status_mb(pid, "VmRSS:")
+}
+
+/// RssAnon of a process in MB: its own memory, without the pages of its binary and libraries
+/// mapped from the page cache (which the kernel maps around each fault, so they follow the
+/// binary's size and what the cache holds more than what the process does).
+pub fn rss_anon_mb(pid: u32) -> Option<f64> {
+    status_mb(pid, "RssAnon:")
+}
+
+fn status_mb(pid: u32, field: &str) -> Option<f64> {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb / 1024.0)
 }
