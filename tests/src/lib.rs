@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 pub use serde_json;
 
 pub mod agents;
+pub mod browser;
 pub mod hostile_server;
 pub mod mock_model;
 pub mod npm_cache;
