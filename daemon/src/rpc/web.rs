@@ -52,7 +52,7 @@ impl WebBackend for WebRpc {
 
 async fn answer(state: &Arc<DaemonState>, facts: &SessionFacts, call: WebCall) -> RpcResult {
     match call {
-        WebCall::Sessions { limit } => facts.list(state, limit).await,
+        WebCall::Sessions { limit, ids } => facts.list(state, limit, ids).await,
         WebCall::Checkpoints { state: wanted } => {
             let params = dstream_sdk::protocol::CheckpointListParams {
                 state: wanted,

@@ -65,7 +65,12 @@ fn json_of(event: &crate::store::EventJson) -> Option<Value> {
 }
 
 impl SessionFacts {
-    pub async fn list(&self, state: &Arc<DaemonState>, limit: usize) -> RpcResult {
+    pub async fn list(
+        &self,
+        state: &Arc<DaemonState>,
+        limit: usize,
+        ids: Option<Vec<String>>,
+    ) -> RpcResult {
         let mut sessions: Vec<Arc<Session>> = state
             .store
             .sessions()
@@ -73,7 +78,9 @@ impl SessionFacts {
             .filter(|s| s.committed_lsn() > 0 || s.quarantine().is_some())
             .collect();
         let total = sessions.len();
-        {
+        if let Some(ids) = ids {
+            sessions.retain(|s| ids.contains(&s.id));
+        } else {
             // Forget sessions that are gone, so memory follows the sessions that exist.
             let ids: std::collections::HashSet<&str> =
                 sessions.iter().map(|s| s.id.as_str()).collect();

@@ -77,11 +77,44 @@ pub async fn whoami() -> Response {
 #[serde(deny_unknown_fields)]
 pub struct SessionsQuery {
     limit: Option<usize>,
+    /// Only these sessions (comma-separated): a page following one session, and the
+    /// subagents it waits for, asks for them without the whole list (and without a 404
+    /// for one that does not exist yet).
+    ids: Option<String>,
 }
+
+/// Ids one `ids` may name.
+const MAX_IDS: usize = 100;
 
 pub async fn sessions(State(app): State<Arc<App>>, Query(q): Query<SessionsQuery>) -> Response {
     let limit = q.limit.unwrap_or(200).clamp(1, MAX_SESSIONS);
-    answer(&app, WebCall::Sessions { limit }).await
+    let ids = match q.ids {
+        None => None,
+        Some(text) => {
+            let ids: Vec<String> = text
+                .split(',')
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect();
+            if ids.len() > MAX_IDS {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    &format!("ids: at most {MAX_IDS} sessions at once"),
+                );
+            }
+            if let Some(bad) = ids
+                .iter()
+                .find(|id| dstream_sdk::validate_session_id(id).is_err())
+            {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    &format!("ids: {bad:?} is not a session id"),
+                );
+            }
+            Some(ids)
+        }
+    };
+    answer(&app, WebCall::Sessions { limit, ids }).await
 }
 
 #[derive(Deserialize)]

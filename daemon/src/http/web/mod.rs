@@ -18,9 +18,11 @@ use dstream_sdk::protocol::{CheckpointResolveParams, SearchParams, UsageParams};
 /// What the page asks of the daemon.
 #[derive(Debug)]
 pub enum WebCall {
-    /// The sessions with the most recent last event first, at most `limit`.
+    /// The sessions with the most recent last event first, at most `limit`; only those named
+    /// in `ids` when it is given (those that exist).
     Sessions {
         limit: usize,
+        ids: Option<Vec<String>>,
     },
     /// Checkpoints in `state` (all when none).
     Checkpoints {

@@ -59,6 +59,9 @@ export async function post(path, payload) {
 
 export const whoami = () => get('/api/whoami');
 export const sessions = () => get('/api/sessions?limit=200');
+// Only the named sessions (those that exist): what one session's page follows.
+export const sessionsNamed = (ids) =>
+  get(`/api/sessions?ids=${ids.map(encodeURIComponent).join(',')}`);
 export const pending = () => get('/api/checkpoints?state=pending');
 export const decide = (id, body) => post(`/api/checkpoints/${encodeURIComponent(id)}/decide`, body);
 export const usage = (by, since) =>

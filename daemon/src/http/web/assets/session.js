@@ -145,7 +145,8 @@ export function sessionView(root, id, params) {
   async function pollMeta() {
     clearTimeout(metaTimer);
     try {
-      const list = ((await api.sessions()) || {}).sessions || [];
+      const wanted = [id, ...waitingChildren.keys()].slice(0, 100);
+      const list = ((await api.sessionsNamed(wanted)) || {}).sessions || [];
       const s = list.find((x) => x.id === id);
       if (s) showMeta(s);
       if (s && follower.missing) follower.start();
