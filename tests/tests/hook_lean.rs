@@ -131,7 +131,10 @@ fn install_points_hooks_at_the_lean_binary_beside_dstream_and_uninstall_removes_
         "DSTREAM_HOOK_DEBUG=0 {} claude-code --fail-closed",
         quoted(&lean)
     );
-    assert_eq!(commands(&settings, "PreToolUse"), [pre.clone()]);
+    assert_eq!(
+        commands(&settings, "PreToolUse"),
+        std::slice::from_ref(&pre)
+    );
     assert_eq!(
         commands(&settings, "Stop"),
         [

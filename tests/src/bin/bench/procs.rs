@@ -37,7 +37,9 @@ pub fn build_daemon(repo: &Path) -> Result<PathBuf> {
         .parent()
         .context("bench exe has no parent dir")?
         .to_path_buf();
-    eprintln!("bench: building the daemon: cargo build --release -p dstream-daemon --bin dstream");
+    eprintln!(
+        "bench: building the daemon: cargo build --release -p dstream-daemon --bin dstream --bin dstream-hook"
+    );
     let mut cmd = Command::new(cargo());
     cmd.args([
         "build",
@@ -46,6 +48,8 @@ pub fn build_daemon(repo: &Path) -> Result<PathBuf> {
         "dstream-daemon",
         "--bin",
         "dstream",
+        "--bin",
+        "dstream-hook",
         "--manifest-path",
     ])
     .arg(repo.join("Cargo.toml"));
@@ -64,6 +68,16 @@ pub fn build_daemon(repo: &Path) -> Result<PathBuf> {
         bail!("{} not found after the build", bin.display());
     }
     Ok(bin)
+}
+
+/// The lean hook binary that goes with the daemon `bin`: `$DSTREAM_HOOK_BIN`, else the
+/// `dstream-hook` beside it (built with it by [`build_daemon`]); `None` when there is none.
+pub fn lean_hook(bin: &Path) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("DSTREAM_HOOK_BIN") {
+        return Some(p.into());
+    }
+    let lean = bin.with_file_name(format!("dstream-hook{}", std::env::consts::EXE_SUFFIX));
+    lean.is_file().then_some(lean)
 }
 
 /// Builds libdstream_ffi (release) beside the daemon and returns its directory.
