@@ -851,14 +851,35 @@ impl Bench<'_> {
         p.p50.map(|v| self.ours.insert("hook_http/p50", v));
         p.p99.map(|v| self.ours.insert("hook_http/p99", v));
         // Alternate the clients, so all meet the same machine state: `dstream hook`, the lean
-        // `dstream-hook` that install points hooks at, and the C client.
-        let lean = procs::lean_hook(bin);
-        if lean.is_none() {
+        // `dstream-hook` that install points hooks at (as `cargo build` links it, and relinked
+        // as a static PIE), and the C client.
+        let dynamic = procs::dynamic_hook_copy(bin, &self.tmp_root)?;
+        let lean = match procs::relink_hook_static(repo, bin) {
+            Ok(path) => Some(path),
+            Err(why) => {
+                self.notes
+                    .push(format!("the static-PIE lean hook is not measured: {why}"));
+                None
+            }
+        };
+        if dynamic.is_none() {
             self.notes
                 .push("no dstream-hook beside the daemon: the lean hook is not measured".into());
         }
-        let (mut hook, mut lean_hook, mut c) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut hook, mut lean_hook, mut dynamic_hook, mut c) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..runs {
+            if let Some(dynamic) = &dynamic {
+                dynamic_hook.extend(agents::time_runs(
+                    || {
+                        let mut cmd = Command::new(dynamic);
+                        cmd.arg("claude-code").env("DSTREAM_SOCKET", &socket);
+                        cmd
+                    },
+                    &event,
+                    1,
+                )?);
+            }
             hook.extend(agents::time_runs(
                 || {
                     let mut cmd = Command::new(bin);
@@ -893,6 +914,7 @@ impl Bench<'_> {
         for (key, lat, ours) in [
             ("hook", &mut hook, true),
             ("hook_lean", &mut lean_hook, true),
+            ("hook_lean_dynamic", &mut dynamic_hook, true),
             ("hook", &mut c, false),
         ] {
             let side = if ours {
@@ -904,7 +926,8 @@ impl Bench<'_> {
             p.p50.map(|v| side.insert(leak(format!("{key}/p50")), v));
             p.p99.map(|v| side.insert(leak(format!("{key}/p99")), v));
         }
-        // The hook as installs run it: the lean binary when there is one.
+        // The hook as installs run it: the lean binary beside dstream when there is one.
+        let lean = procs::lean_hook(bin);
         let installed_hook = || match &lean {
             Some(lean) => {
                 let mut cmd = Command::new(lean);
@@ -1439,7 +1462,7 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
         Better::Lower,
     );
     t.add(
-        "`dstream-hook claude-code` (the lean hook binary `install` writes) per call (PreToolUse, daemon up), wall ms p50 (reference column: a one-shot C client sending the same ingest)",
+        "`dstream-hook claude-code` (the lean hook binary `install` writes), linked as a static PIE, per call (PreToolUse, daemon up), wall ms p50 (reference column: a one-shot C client sending the same ingest)",
         get(ours, "hook_lean/p50"),
         get(theirs, "hook/p50"),
         Better::Lower,
@@ -1447,6 +1470,18 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
     t.add(
         "… the same, p99",
         get(ours, "hook_lean/p99"),
+        get(theirs, "hook/p99"),
+        Better::Lower,
+    );
+    t.add(
+        "`dstream-hook claude-code` as `cargo build` links it (dynamic: glibc, libgcc_s), wall ms p50 (reference column: the one-shot C client)",
+        get(ours, "hook_lean_dynamic/p50"),
+        get(theirs, "hook/p50"),
+        Better::Lower,
+    );
+    t.add(
+        "… the same, p99",
+        get(ours, "hook_lean_dynamic/p99"),
         get(theirs, "hook/p99"),
         Better::Lower,
     );
