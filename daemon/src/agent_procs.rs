@@ -2,9 +2,9 @@
 //! decision from a process that descends from a running agent (its Bash tool running
 //! `dstream approve`, say) is refused.
 //!
-//! The daemon learns agents from the clients that send their events: a `dstream hook`
-//! process stands for the agent that ran it (its nearest ancestor that is not a shell), any
-//! other ingesting client is the agent itself (OpenCode's plugin runs inside OpenCode). A
+//! The daemon learns agents from the clients that send their events: a `dstream hook` (or
+//! `dstream-hook`) process stands for the agent that ran it (its nearest ancestor that is not
+//! a shell), any other ingesting client is the agent itself (OpenCode's plugin runs inside OpenCode). A
 //! process is named by its pid and its start time, so a reused pid is not mistaken for it.
 //! Linux only (it reads /proc); elsewhere nothing is known and nothing is refused.
 
@@ -15,9 +15,12 @@ use std::sync::Mutex;
 const MAX_AGENTS: usize = 4096;
 /// Ancestors walked at most (a loop in /proc cannot happen, a deep tree can).
 const MAX_DEPTH: usize = 64;
-/// Programs that only pass a command on: the agent is above them.
+/// Programs that only pass a command on: the agent is above them. `dstream-hook` is the lean
+/// hook binary (`dstream hook` without the rest of dstream).
+#[rustfmt::skip]
 const WRAPPERS: &[&str] = &[
     "sh", "bash", "dash", "zsh", "fish", "ksh", "env", "timeout", "nice", "nohup", "dstream",
+    "dstream-hook",
 ];
 
 /// A process as /proc shows it: parent, start time (clock ticks since boot), command name.
@@ -87,8 +90,9 @@ impl AgentProcs {
     }
 }
 
-/// The agent a client process stands for: `dstream` (the hook) and shells pass a command on,
-/// so it is their nearest ancestor that is neither; any other client is the agent itself.
+/// The agent a client process stands for: `dstream` and `dstream-hook` (the hook) and shells
+/// pass a command on, so it is their nearest ancestor that is none of them; any other client
+/// is the agent itself.
 fn agent_of(peer: i32) -> Option<(i32, u64)> {
     let mut at = peer;
     for _ in 0..MAX_DEPTH {

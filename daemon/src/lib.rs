@@ -20,13 +20,15 @@
 //! - [`watch`]: hot reload of the plugin folder and the config file;
 //! - [`spool`]: events hooks wrote while no daemon ran, drained once each at start and
 //!   whenever one appears; [`autostart`]: how a hook starts a daemon that is not running;
+//! - [`hook`]: the hook agents run per event (`dstream hook`, and the lean `dstream-hook`
+//!   binary, which links only it);
 //! - `search`: full-text search over every session, an SQLite FTS5 index derived from the
 //!   logs, filled by its own thread;
 //! - [`state`]: what all of them share (config, store, hub, counters, memory budget);
 //! - [`budget`]: `[[budgets]]`, sums of what agents spent, and the brake on tool calls;
 //! - [`config`]: the configuration and its embedded, documented defaults.
 //!
-//! The `dstream` binary (CLI) is built on this crate and on `dstream-sdk`.
+//! The `dstream` binary (CLI) and `dstream-hook` are built on this crate and on `dstream-sdk`.
 
 mod agent_procs;
 pub mod autostart;
@@ -42,6 +44,7 @@ pub(crate) mod event_json;
 pub(crate) mod event_types;
 mod follower;
 mod frame;
+pub mod hook;
 pub mod http;
 pub(crate) mod hub;
 mod jsonscan;

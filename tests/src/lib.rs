@@ -73,6 +73,77 @@ pub fn daemon_bin() -> PathBuf {
     bin
 }
 
+/// Path of the lean hook binary, `dstream-hook` (what `dstream install claude-code` points hooks
+/// at when it sits next to `dstream`): `$DSTREAM_HOOK_BIN`, else the one beside
+/// [`daemon_bin`].
+pub fn hook_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("DSTREAM_HOOK_BIN") {
+        let p = PathBuf::from(p);
+        assert!(
+            p.is_file(),
+            "DSTREAM_HOOK_BIN={} is not a file",
+            p.display()
+        );
+        return p;
+    }
+    let daemon = daemon_bin();
+    let bin = daemon.with_file_name(format!("dstream-hook{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        bin.is_file(),
+        "the dstream-hook binary was not found at {}; run `cargo build -p dstream-daemon` first \
+         (or set DSTREAM_HOOK_BIN to its path)",
+        bin.display()
+    );
+    static FRESH: std::sync::Once = std::sync::Once::new();
+    FRESH.call_once(|| assert_not_stale(&bin));
+    bin
+}
+
+/// The two ways a hook runs: `dstream hook claude-code`, and the lean binary
+/// `dstream-hook claude-code` that `install` prefers. Both must behave the same.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HookForm {
+    /// `dstream hook claude-code`
+    Cli,
+    /// `dstream-hook claude-code`
+    Lean,
+}
+
+impl HookForm {
+    pub const BOTH: [HookForm; 2] = [HookForm::Cli, HookForm::Lean];
+
+    /// The form the tests run hooks in unless they ask for one: `DSTREAM_TEST_HOOK=lean` (or
+    /// `cli`, the default) runs the whole suite's hooks through that binary.
+    pub fn chosen() -> HookForm {
+        match std::env::var("DSTREAM_TEST_HOOK").as_deref() {
+            Ok("lean") => HookForm::Lean,
+            Ok("cli") | Ok("") | Err(_) => HookForm::Cli,
+            Ok(other) => panic!("DSTREAM_TEST_HOOK={other:?}: expected `lean` or `cli`"),
+        }
+    }
+
+    /// A command running the hook for Claude Code in this form, before any further arguments.
+    pub fn command(self) -> Command {
+        match self {
+            HookForm::Cli => {
+                let mut cmd = Command::new(daemon_bin());
+                cmd.args(["hook", "claude-code"]);
+                cmd
+            }
+            HookForm::Lean => {
+                let mut cmd = Command::new(hook_bin());
+                cmd.arg("claude-code");
+                cmd
+            }
+        }
+    }
+}
+
+/// `<hook> claude-code` in the form the suite runs hooks in ([`HookForm::chosen`]).
+pub fn hook_command() -> Command {
+    HookForm::chosen().command()
+}
+
 /// `cargo test -p dstream-tests` does not rebuild the `dstream` binary (only `cargo test
 /// --workspace` does): a binary older than the daemon's sources would test old code and pass
 /// or fail for the wrong reason. Say so instead.
@@ -213,8 +284,7 @@ pub fn spawn_hook(socket: &Path, event: &Value) -> Child {
 /// [`spawn_hook`] with `stdin` as raw bytes (what JSON values cannot hold) and extra
 /// environment variables.
 pub fn spawn_hook_raw(socket: &Path, stdin: &[u8], env: &[(&str, &str)]) -> Child {
-    let mut child = Command::new(daemon_bin())
-        .args(["hook", "claude-code"])
+    let mut child = hook_command()
         .envs(client_env(socket))
         .env_remove("DSTREAM_HOOK_FAIL_CLOSED")
         .envs(env.iter().copied())

@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use dstream_tests::serde_json::{self, Value};
-use dstream_tests::{Daemon, daemon_bin, output_within};
+use dstream_tests::{Daemon, daemon_bin, hook_bin, output_within};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -189,14 +189,15 @@ fn a_hook_pointing_at_a_missing_binary_fails_and_install_fixes_it() {
     m.daemon.restart();
     m.install_claude_code();
     let text = std::fs::read_to_string(m.settings()).unwrap();
-    let exe = daemon_bin().display().to_string();
-    assert!(text.contains(&exe), "{text}");
-    std::fs::write(m.settings(), text.replace(&exe, "/opt/gone/dstream")).unwrap();
+    // Install points the hooks at the lean binary beside dstream.
+    let exe = hook_bin().display().to_string();
+    assert!(text.contains(&format!("{exe} claude-code")), "{text}");
+    std::fs::write(m.settings(), text.replace(&exe, "/opt/gone/dstream-hook")).unwrap();
     let (code, report) = m.doctor();
     assert_eq!(code, 1);
     let hooks = failed(&report, "claude_code.hooks");
     assert!(
-        detail(hooks).contains("/opt/gone/dstream") && detail(hooks).contains("not found"),
+        detail(hooks).contains("/opt/gone/dstream-hook") && detail(hooks).contains("not found"),
         "{hooks}"
     );
     assert_eq!(fix(hooks), "dstream install claude-code");
@@ -211,19 +212,59 @@ fn a_hook_running_another_dstream_version_fails() {
     let mut m = Machine::new();
     m.daemon.restart();
     m.install_claude_code();
-    // A "dstream" that answers --version as an older release would.
-    let old = m.daemon.dir().join("old/dstream");
+    // A "dstream-hook" that answers --version as an older release would.
+    let old = m.daemon.dir().join("old/dstream-hook");
     std::fs::create_dir_all(old.parent().unwrap()).unwrap();
-    std::fs::write(&old, "#!/bin/sh\necho 'dstream 0.0.1'\n").unwrap();
+    std::fs::write(&old, "#!/bin/sh\necho 'dstream-hook 0.0.1'\n").unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o755)).unwrap();
     let text = std::fs::read_to_string(m.settings()).unwrap();
-    let exe = daemon_bin().display().to_string();
+    let exe = hook_bin().display().to_string();
     std::fs::write(m.settings(), text.replace(&exe, old.to_str().unwrap())).unwrap();
     let (code, report) = m.doctor();
     assert_eq!(code, 1);
     let hooks = failed(&report, "claude_code.hooks");
+    assert!(detail(hooks).contains("dstream-hook 0.0.1"), "{hooks}");
+
+    // The same for `dstream hook` entries.
+    let old = m.daemon.dir().join("old/dstream");
+    std::fs::write(&old, "#!/bin/sh\necho 'dstream 0.0.1'\n").unwrap();
+    std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let command = format!("{} hook claude-code", old.display());
+    std::fs::write(
+        m.settings(),
+        text.replace(&format!("{exe} claude-code"), &command),
+    )
+    .unwrap();
+    let (code, report) = m.doctor();
+    assert_eq!(code, 1);
+    let hooks = failed(&report, "claude_code.hooks");
     assert!(detail(hooks).contains("dstream 0.0.1"), "{hooks}");
+}
+
+#[test]
+fn a_lean_hook_without_its_dstream_beside_it_fails() {
+    let mut m = Machine::new();
+    m.daemon.restart();
+    m.install_claude_code();
+    // dstream-hook alone: it answers, but could not start a daemon.
+    let alone = m.daemon.dir().join("alone/dstream-hook");
+    std::fs::create_dir_all(alone.parent().unwrap()).unwrap();
+    std::fs::copy(hook_bin(), &alone).unwrap();
+    // A copy can be briefly "busy" (a child forked meanwhile by another test thread holds its
+    // write descriptor until it execs): wait until it runs, so doctor's run of it does too.
+    while let Err(e) = Command::new(&alone).arg("--version").output() {
+        assert_eq!(e.kind(), std::io::ErrorKind::ExecutableFileBusy, "{e}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let text = std::fs::read_to_string(m.settings()).unwrap();
+    let exe = hook_bin().display().to_string();
+    std::fs::write(m.settings(), text.replace(&exe, alone.to_str().unwrap())).unwrap();
+    let (code, report) = m.doctor();
+    assert_eq!(code, 1);
+    let hooks = failed(&report, "claude_code.hooks");
+    assert!(detail(hooks).contains("no dstream beside it"), "{hooks}");
+    assert_eq!(fix(hooks), "dstream install claude-code");
 }
 
 #[test]

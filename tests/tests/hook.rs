@@ -12,7 +12,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use dstream_tests::serde_json::{self, Value, json};
-use dstream_tests::{Daemon, daemon_bin, wait_child};
+use dstream_tests::{Daemon, HookForm, daemon_bin, hook_bin, wait_child};
 
 /// A hook that has not exited after this long is hung (a generous bound: machines are noisy).
 const HANG_GUARD: Duration = Duration::from_secs(5);
@@ -36,6 +36,27 @@ fn event_of(kind: &str, session: &str) -> Value {
     e
 }
 
+thread_local! {
+    /// The form this test thread runs hooks in (see [`each_form`]).
+    static FORM: std::cell::Cell<Option<HookForm>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `body` once with the hooks run as `dstream hook claude-code` and once as the lean
+/// `dstream-hook claude-code`: both must behave the same.
+fn each_form(body: impl Fn(HookForm)) {
+    for form in HookForm::BOTH {
+        FORM.with(|f| f.set(Some(form)));
+        body(form);
+    }
+    FORM.with(|f| f.set(None));
+}
+
+/// The form hooks run in here: the one [`each_form`] set, else the suite's
+/// (`DSTREAM_TEST_HOOK`).
+fn form() -> HookForm {
+    FORM.with(|f| f.get()).unwrap_or_else(HookForm::chosen)
+}
+
 /// Runs `dstream hook claude-code` with `stdin`, extra arguments and environment; fails the test
 /// if it runs longer than `guard`. Returns the output and how long it took.
 fn hook_with(
@@ -45,9 +66,8 @@ fn hook_with(
     env: &[(&str, &str)],
     guard: Duration,
 ) -> (Output, Duration) {
-    let mut cmd = Command::new(daemon_bin());
-    cmd.args(["hook", "claude-code"])
-        .args(args)
+    let mut cmd = form().command();
+    cmd.args(args)
         .envs(dstream_tests::client_env(socket))
         .env_remove("DSTREAM_HOOK_FAIL_CLOSED")
         .env_remove("DSTREAM_HOOK_TIMEOUT_MS")
@@ -245,126 +265,132 @@ fn decision(d: Value) -> impl Fn(&Value) -> Value + Send + Sync + 'static {
 
 #[test]
 fn without_a_daemon_and_autostart_the_hook_spools_prints_nothing_and_exits_at_once() {
-    let dir = temp_dir();
-    let missing = dir.path().join("no-such-dir").join("dstream.sock");
-    let event = pre_tool_use("s-down");
-    // "At once": with its own deadline an hour away, the hook still exits (hook_with fails
-    // the test if it is running after HANG_GUARD) while no daemon ever shows up, so it did
-    // not wait for one.
-    let env = [("DSTREAM_HOOK_TIMEOUT_MS", "3600000")];
-    for _ in 0..5 {
-        let (out, _) = hook_with(
-            &missing,
-            event.to_string().as_bytes(),
-            &[],
-            &env,
-            HANG_GUARD,
-        );
+    each_form(|_| {
+        let dir = temp_dir();
+        let missing = dir.path().join("no-such-dir").join("dstream.sock");
+        let event = pre_tool_use("s-down");
+        // "At once": with its own deadline an hour away, the hook still exits (hook_with fails
+        // the test if it is running after HANG_GUARD) while no daemon ever shows up, so it did
+        // not wait for one.
+        let env = [("DSTREAM_HOOK_TIMEOUT_MS", "3600000")];
+        for _ in 0..5 {
+            let (out, _) = hook_with(
+                &missing,
+                event.to_string().as_bytes(),
+                &[],
+                &env,
+                HANG_GUARD,
+            );
+            assert_eq!(printed(&out), Value::Null);
+            // Autostart is off here: the event waits in the spool, and stderr says where.
+            let said = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                said.contains("autostart is off") && said.contains("spooled in"),
+                "{said}"
+            );
+            assert!(!missing.exists(), "no daemon appeared meanwhile");
+        }
+        let spooled = std::fs::read_dir(dstream_tests::data_dir_for(&missing).join("spool"))
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .ends_with(".jsonl")
+            })
+            .count();
+        assert_eq!(spooled, 5, "each run spooled its event");
+        // A socket file nobody listens on (a daemon that died): refused, just as quiet and quick.
+        let stale = dir.path().join("stale.sock");
+        drop(UnixListener::bind(&stale).unwrap());
+        let (out, _) = hook_with(&stale, event.to_string().as_bytes(), &[], &env, HANG_GUARD);
         assert_eq!(printed(&out), Value::Null);
-        // Autostart is off here: the event waits in the spool, and stderr says where.
-        let said = String::from_utf8_lossy(&out.stderr);
         assert!(
-            said.contains("autostart is off") && said.contains("spooled in"),
-            "{said}"
+            String::from_utf8_lossy(&out.stderr).contains("spooled in"),
+            "{out:?}"
         );
-        assert!(!missing.exists(), "no daemon appeared meanwhile");
-    }
-    let spooled = std::fs::read_dir(dstream_tests::data_dir_for(&missing).join("spool"))
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .file_name()
-                .to_string_lossy()
-                .ends_with(".jsonl")
-        })
-        .count();
-    assert_eq!(spooled, 5, "each run spooled its event");
-    // A socket file nobody listens on (a daemon that died): refused, just as quiet and quick.
-    let stale = dir.path().join("stale.sock");
-    drop(UnixListener::bind(&stale).unwrap());
-    let (out, _) = hook_with(&stale, event.to_string().as_bytes(), &[], &env, HANG_GUARD);
-    assert_eq!(printed(&out), Value::Null);
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("spooled in"),
-        "{out:?}"
-    );
+    });
 }
 
 #[test]
 fn fail_closed_denies_tool_calls_when_the_daemon_is_down() {
-    let dir = temp_dir();
-    let missing = dir.path().join("dstream.sock");
-    let out = hook(&missing, &pre_tool_use("s1"), &["--fail-closed"]);
-    let answer = printed(&out);
-    assert_eq!(answer["hookSpecificOutput"]["hookEventName"], "PreToolUse");
-    assert_eq!(answer["hookSpecificOutput"]["permissionDecision"], "deny");
-    let reason = answer["hookSpecificOutput"]["permissionDecisionReason"]
-        .as_str()
-        .unwrap();
-    assert!(
-        reason.contains("not running") && reason.contains("fail-closed"),
-        "{reason}"
-    );
+    each_form(|_| {
+        let dir = temp_dir();
+        let missing = dir.path().join("dstream.sock");
+        let out = hook(&missing, &pre_tool_use("s1"), &["--fail-closed"]);
+        let answer = printed(&out);
+        assert_eq!(answer["hookSpecificOutput"]["hookEventName"], "PreToolUse");
+        assert_eq!(answer["hookSpecificOutput"]["permissionDecision"], "deny");
+        let reason = answer["hookSpecificOutput"]["permissionDecisionReason"]
+            .as_str()
+            .unwrap();
+        assert!(
+            reason.contains("not running") && reason.contains("fail-closed"),
+            "{reason}"
+        );
 
-    // The environment variable does the same; PermissionRequest gets its own format.
-    let (out, _) = hook_with(
-        &missing,
-        event_of("PermissionRequest", "s1").to_string().as_bytes(),
-        &[],
-        &[("DSTREAM_HOOK_FAIL_CLOSED", "1")],
-        HANG_GUARD,
-    );
-    let answer = printed(&out);
-    assert_eq!(
-        answer["hookSpecificOutput"]["hookEventName"],
-        "PermissionRequest"
-    );
-    assert_eq!(answer["hookSpecificOutput"]["decision"]["behavior"], "deny");
-    assert!(answer["hookSpecificOutput"]["decision"]["message"].is_string());
+        // The environment variable does the same; PermissionRequest gets its own format.
+        let (out, _) = hook_with(
+            &missing,
+            event_of("PermissionRequest", "s1").to_string().as_bytes(),
+            &[],
+            &[("DSTREAM_HOOK_FAIL_CLOSED", "1")],
+            HANG_GUARD,
+        );
+        let answer = printed(&out);
+        assert_eq!(
+            answer["hookSpecificOutput"]["hookEventName"],
+            "PermissionRequest"
+        );
+        assert_eq!(answer["hookSpecificOutput"]["decision"]["behavior"], "deny");
+        assert!(answer["hookSpecificOutput"]["decision"]["message"].is_string());
 
-    // Events that take no decision are never blocked.
-    for kind in ["PostToolUse", "Stop", "UserPromptSubmit", "SessionStart"] {
-        let out = hook(&missing, &event_of(kind, "s1"), &["--fail-closed"]);
-        assert_eq!(printed(&out), Value::Null, "{kind}");
-    }
+        // Events that take no decision are never blocked.
+        for kind in ["PostToolUse", "Stop", "UserPromptSubmit", "SessionStart"] {
+            let out = hook(&missing, &event_of(kind, "s1"), &["--fail-closed"]);
+            assert_eq!(printed(&out), Value::Null, "{kind}");
+        }
+    });
 }
 
 #[test]
 fn bad_input_never_crashes_the_hook() {
-    let dir = temp_dir();
-    let missing = dir.path().join("dstream.sock");
-    let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
-    let mut big = vec![b'{'; 1 << 20];
-    big.extend_from_slice(b"\xff\xfe");
-    let inputs: Vec<&[u8]> = vec![
-        b"",
-        b"not json at all",
-        b"\xff\xfe\x00\x01",
-        b"{\"hook_event_name\": \"PreToolUse\", \"tool_input\": {",
-        b"[1, 2, 3]",
-        b"null",
-        deep.as_bytes(),
-        &big,
-    ];
-    for input in &inputs {
-        for args in [&[][..], &["--fail-closed"][..]] {
-            let (out, _) = hook_with(&missing, input, args, &[], HANG_GUARD);
-            let answer = printed(&out);
-            let head = String::from_utf8_lossy(&input[..input.len().min(40)]).into_owned();
-            if args.is_empty() {
-                assert_eq!(answer, Value::Null, "{head:?}");
-            } else if head.contains("PreToolUse") {
-                // Cut-short JSON still names its event: failing closed denies it.
-                assert_eq!(
-                    answer["hookSpecificOutput"]["permissionDecision"], "deny",
-                    "{head:?}"
-                );
-            } else {
-                assert_eq!(answer, Value::Null, "{head:?}");
+    each_form(|_| {
+        let dir = temp_dir();
+        let missing = dir.path().join("dstream.sock");
+        let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+        let mut big = vec![b'{'; 1 << 20];
+        big.extend_from_slice(b"\xff\xfe");
+        let inputs: Vec<&[u8]> = vec![
+            b"",
+            b"not json at all",
+            b"\xff\xfe\x00\x01",
+            b"{\"hook_event_name\": \"PreToolUse\", \"tool_input\": {",
+            b"[1, 2, 3]",
+            b"null",
+            deep.as_bytes(),
+            &big,
+        ];
+        for input in &inputs {
+            for args in [&[][..], &["--fail-closed"][..]] {
+                let (out, _) = hook_with(&missing, input, args, &[], HANG_GUARD);
+                let answer = printed(&out);
+                let head = String::from_utf8_lossy(&input[..input.len().min(40)]).into_owned();
+                if args.is_empty() {
+                    assert_eq!(answer, Value::Null, "{head:?}");
+                } else if head.contains("PreToolUse") {
+                    // Cut-short JSON still names its event: failing closed denies it.
+                    assert_eq!(
+                        answer["hookSpecificOutput"]["permissionDecision"], "deny",
+                        "{head:?}"
+                    );
+                } else {
+                    assert_eq!(answer, Value::Null, "{head:?}");
+                }
             }
         }
-    }
+    });
 }
 
 #[test]
@@ -397,228 +423,278 @@ fn usage_errors_do_not_exit_with_the_blocking_code() {
     ] {
         assert!(text.contains(needle), "help lacks {needle}: {text}");
     }
+    // The lean binary: the same codes, the same help, its own name.
+    for args in [
+        &["no-such-agent"][..],
+        &["claude-code", "--bogus"],
+        &["claude-code", "extra"],
+        &["claude-code", "--fail-closed", "--fail-closed"],
+        &["claude-code", "--socket"],
+        &[],
+    ] {
+        let out = Command::new(hook_bin())
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("Usage: dstream-hook"),
+            "{args:?}: {out:?}"
+        );
+    }
+    let help = Command::new(hook_bin()).arg("--help").output().unwrap();
+    assert!(help.status.success());
+    let lean = String::from_utf8_lossy(&help.stdout);
+    for needle in [
+        "--fail-closed",
+        "DSTREAM_HOOK_TIMEOUT_MS",
+        "DSTREAM_SOCKET",
+        "permissionDecision",
+    ] {
+        assert!(lean.contains(needle), "help lacks {needle}: {lean}");
+    }
+    let version = Command::new(hook_bin()).arg("--version").output().unwrap();
+    assert!(version.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&version.stdout).trim(),
+        format!("dstream-hook {}", env!("CARGO_PKG_VERSION"))
+    );
 }
 
 // ---- the hook against a scripted daemon ----
 
 #[test]
 fn the_hook_sends_ingest_and_answers_in_claude_codes_format() {
-    let dir = temp_dir();
-    let sock = dir.path().join("fake.sock");
-    let event = pre_tool_use("sess-fmt-1");
+    each_form(|_| {
+        let dir = temp_dir();
+        let sock = dir.path().join("fake.sock");
+        let event = pre_tool_use("sess-fmt-1");
 
-    // allow, with an edited input
-    let fake = FakeDaemon::start(
-        &sock,
-        decision(
-            json!({"action": "allow", "reason": "safe", "decided_by": "rule:ls",
+        // allow, with an edited input
+        let fake = FakeDaemon::start(
+            &sock,
+            decision(
+                json!({"action": "allow", "reason": "safe", "decided_by": "rule:ls",
             "updated_input": {"command": "ls"}}),
-        ),
-    );
-    let answer = printed(&hook(&sock, &event, &[]));
-    assert_eq!(
-        answer,
-        json!({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow",
+            ),
+        );
+        let answer = printed(&hook(&sock, &event, &[]));
+        assert_eq!(
+            answer,
+            json!({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow",
             "permissionDecisionReason": "safe", "updatedInput": {"command": "ls"}}})
-    );
-    let frames = fake.frames();
-    assert_eq!(frames.len(), 1, "{frames:?}");
-    assert_eq!(frames[0]["jsonrpc"], "2.0");
-    assert_eq!(frames[0]["method"], "ingest");
-    let mut params = frames[0]["params"].clone();
-    // The hook's deadline: after it, the daemon records the call as bypassed.
-    let reply_by = params
-        .as_object_mut()
-        .unwrap()
-        .remove("reply_by_ms")
-        .and_then(|v| v.as_u64());
-    assert!(reply_by.is_some_and(|t| t > 1_700_000_000_000), "{params}");
-    assert_eq!(
-        params,
-        json!({"source": "claude-code", "event": event, "session_id": "sess-fmt-1"})
-    );
-    let answer = printed(&hook(&sock, &event_of("PermissionRequest", "s"), &[]));
-    assert_eq!(
-        answer,
-        json!({"hookSpecificOutput": {"hookEventName": "PermissionRequest",
-            "decision": {"behavior": "allow", "updatedInput": {"command": "ls"}}}})
-    );
-    // Events that take no decision print nothing, whatever the daemon says.
-    assert_eq!(
-        printed(&hook(&sock, &event_of("PostToolUse", "s"), &[])),
-        Value::Null
-    );
-    fake.stop();
-
-    // deny
-    let fake = FakeDaemon::start(
-        &sock,
-        decision(json!({"action": "deny", "reason": "no rm", "decided_by": "rule:rm"})),
-    );
-    assert_eq!(
-        printed(&hook(&sock, &event, &[])),
-        json!({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
-            "permissionDecisionReason": "no rm"}})
-    );
-    assert_eq!(
-        printed(&hook(&sock, &event_of("PermissionRequest", "s"), &[])),
-        json!({"hookSpecificOutput": {"hookEventName": "PermissionRequest",
-            "decision": {"behavior": "deny", "message": "no rm"}}})
-    );
-    fake.stop();
-
-    // ask, and no decision: Claude Code goes on as usual.
-    for reply in [
-        json!({"result": {"events": [], "decision": {"action": "ask"}}}),
-        json!({"result": {"events": [{"lsn": 1, "id": "01JDQ3V9S6X4M2B1K0ZP7T8W5R",
-            "type": "execution.tool_use", "session_id": "s"}]}}),
-    ] {
-        let fake = FakeDaemon::start(&sock, move |_| reply.clone());
-        for kind in ["PreToolUse", "PermissionRequest"] {
-            assert_eq!(
-                printed(&hook(&sock, &event_of(kind, "s"), &[])),
-                Value::Null
-            );
-        }
-        fake.stop();
-    }
-
-    // An error reply fails open, or closed with --fail-closed.
-    let fake = FakeDaemon::start(
-        &sock,
-        |_| json!({"error": {"code": -32603, "message": "pipeline exploded"}}),
-    );
-    let out = hook(&sock, &event, &[]);
-    assert_eq!(printed(&out), Value::Null);
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("pipeline exploded"),
-        "an error reply is worth one line on stderr"
-    );
-    let answer = printed(&hook(&sock, &event, &["--fail-closed"]));
-    assert_eq!(answer["hookSpecificOutput"]["permissionDecision"], "deny");
-    assert!(
-        answer["hookSpecificOutput"]["permissionDecisionReason"]
-            .as_str()
+        );
+        let frames = fake.frames();
+        assert_eq!(frames.len(), 1, "{frames:?}");
+        assert_eq!(frames[0]["jsonrpc"], "2.0");
+        assert_eq!(frames[0]["method"], "ingest");
+        let mut params = frames[0]["params"].clone();
+        // The hook's deadline: after it, the daemon records the call as bypassed.
+        let reply_by = params
+            .as_object_mut()
             .unwrap()
-            .contains("pipeline exploded")
-    );
-    fake.stop();
+            .remove("reply_by_ms")
+            .and_then(|v| v.as_u64());
+        assert!(reply_by.is_some_and(|t| t > 1_700_000_000_000), "{params}");
+        assert_eq!(
+            params,
+            json!({"source": "claude-code", "event": event, "session_id": "sess-fmt-1"})
+        );
+        let answer = printed(&hook(&sock, &event_of("PermissionRequest", "s"), &[]));
+        assert_eq!(
+            answer,
+            json!({"hookSpecificOutput": {"hookEventName": "PermissionRequest",
+            "decision": {"behavior": "allow", "updatedInput": {"command": "ls"}}}})
+        );
+        // Events that take no decision print nothing, whatever the daemon says.
+        assert_eq!(
+            printed(&hook(&sock, &event_of("PostToolUse", "s"), &[])),
+            Value::Null
+        );
+        fake.stop();
+
+        // deny
+        let fake = FakeDaemon::start(
+            &sock,
+            decision(json!({"action": "deny", "reason": "no rm", "decided_by": "rule:rm"})),
+        );
+        assert_eq!(
+            printed(&hook(&sock, &event, &[])),
+            json!({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
+            "permissionDecisionReason": "no rm"}})
+        );
+        assert_eq!(
+            printed(&hook(&sock, &event_of("PermissionRequest", "s"), &[])),
+            json!({"hookSpecificOutput": {"hookEventName": "PermissionRequest",
+            "decision": {"behavior": "deny", "message": "no rm"}}})
+        );
+        fake.stop();
+
+        // ask, and no decision: Claude Code goes on as usual.
+        for reply in [
+            json!({"result": {"events": [], "decision": {"action": "ask"}}}),
+            json!({"result": {"events": [{"lsn": 1, "id": "01JDQ3V9S6X4M2B1K0ZP7T8W5R",
+            "type": "execution.tool_use", "session_id": "s"}]}}),
+        ] {
+            let fake = FakeDaemon::start(&sock, move |_| reply.clone());
+            for kind in ["PreToolUse", "PermissionRequest"] {
+                assert_eq!(
+                    printed(&hook(&sock, &event_of(kind, "s"), &[])),
+                    Value::Null
+                );
+            }
+            fake.stop();
+        }
+
+        // An error reply fails open, or closed with --fail-closed.
+        let fake = FakeDaemon::start(
+            &sock,
+            |_| json!({"error": {"code": -32603, "message": "pipeline exploded"}}),
+        );
+        let out = hook(&sock, &event, &[]);
+        assert_eq!(printed(&out), Value::Null);
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("pipeline exploded"),
+            "an error reply is worth one line on stderr"
+        );
+        let answer = printed(&hook(&sock, &event, &["--fail-closed"]));
+        assert_eq!(answer["hookSpecificOutput"]["permissionDecision"], "deny");
+        assert!(
+            answer["hookSpecificOutput"]["permissionDecisionReason"]
+                .as_str()
+                .unwrap()
+                .contains("pipeline exploded")
+        );
+        fake.stop();
+    });
 }
 
 #[test]
 fn session_ids_that_the_daemon_would_refuse_are_not_passed_on() {
-    let dir = temp_dir();
-    let sock = dir.path().join("fake.sock");
-    let fake = FakeDaemon::start(&sock, |_| json!({"result": {"events": []}}));
-    let event = pre_tool_use("../../etc/passwd");
-    assert_eq!(printed(&hook(&sock, &event, &[])), Value::Null);
-    let frames = fake.wait_frames(1, HANG_GUARD);
-    assert!(
-        frames[0]["params"].get("session_id").is_none(),
-        "{}",
-        frames[0]
-    );
-    assert_eq!(frames[0]["params"]["event"], event);
-    // Text that is not JSON goes as a JSON string.
-    let (out, _) = hook_with(&sock, b"oops {", &[], &[], HANG_GUARD);
-    assert_eq!(printed(&out), Value::Null);
-    let frames = fake.wait_frames(2, HANG_GUARD);
-    assert_eq!(frames[1]["params"]["event"], "oops {");
-    fake.stop();
+    each_form(|_| {
+        let dir = temp_dir();
+        let sock = dir.path().join("fake.sock");
+        let fake = FakeDaemon::start(&sock, |_| json!({"result": {"events": []}}));
+        let event = pre_tool_use("../../etc/passwd");
+        assert_eq!(printed(&hook(&sock, &event, &[])), Value::Null);
+        let frames = fake.wait_frames(1, HANG_GUARD);
+        assert!(
+            frames[0]["params"].get("session_id").is_none(),
+            "{}",
+            frames[0]
+        );
+        assert_eq!(frames[0]["params"]["event"], event);
+        // Text that is not JSON goes as a JSON string.
+        let (out, _) = hook_with(&sock, b"oops {", &[], &[], HANG_GUARD);
+        assert_eq!(printed(&out), Value::Null);
+        let frames = fake.wait_frames(2, HANG_GUARD);
+        assert_eq!(frames[1]["params"]["event"], "oops {");
+        fake.stop();
+    });
 }
 
 #[test]
 fn a_daemon_that_never_answers_is_cut_off_by_the_deadline() {
-    let dir = temp_dir();
-    let sock = dir.path().join("fake.sock");
-    let fake = FakeDaemon::start(&sock, |_| Value::Null);
-    let env = [("DSTREAM_HOOK_TIMEOUT_MS", "300")];
-    let event = pre_tool_use("s-slow").to_string();
-    let (out, took) = hook_with(&sock, event.as_bytes(), &[], &env, HANG_GUARD);
-    assert_eq!(printed(&out), Value::Null);
-    assert!(took >= Duration::from_millis(300), "{took:?}");
-    let (out, _) = hook_with(
-        &sock,
-        event.as_bytes(),
-        &["--fail-closed"],
-        &env,
-        HANG_GUARD,
-    );
-    let answer = printed(&out);
-    assert_eq!(answer["hookSpecificOutput"]["permissionDecision"], "deny");
-    assert!(
-        answer["hookSpecificOutput"]["permissionDecisionReason"]
-            .as_str()
-            .unwrap()
-            .contains("timed out")
-    );
-    fake.stop();
+    each_form(|_| {
+        let dir = temp_dir();
+        let sock = dir.path().join("fake.sock");
+        let fake = FakeDaemon::start(&sock, |_| Value::Null);
+        let env = [("DSTREAM_HOOK_TIMEOUT_MS", "300")];
+        let event = pre_tool_use("s-slow").to_string();
+        let (out, took) = hook_with(&sock, event.as_bytes(), &[], &env, HANG_GUARD);
+        assert_eq!(printed(&out), Value::Null);
+        assert!(took >= Duration::from_millis(300), "{took:?}");
+        let (out, _) = hook_with(
+            &sock,
+            event.as_bytes(),
+            &["--fail-closed"],
+            &env,
+            HANG_GUARD,
+        );
+        let answer = printed(&out);
+        assert_eq!(answer["hookSpecificOutput"]["permissionDecision"], "deny");
+        assert!(
+            answer["hookSpecificOutput"]["permissionDecisionReason"]
+                .as_str()
+                .unwrap()
+                .contains("timed out")
+        );
+        fake.stop();
+    });
 }
 
 #[test]
 fn a_stdin_that_never_ends_is_cut_off_too() {
-    let dir = temp_dir();
-    let sock = dir.path().join("none.sock");
-    let mut child = Command::new(daemon_bin())
-        .args(["hook", "claude-code"])
-        .envs(dstream_tests::client_env(&sock))
-        .env("DSTREAM_HOOK_TIMEOUT_MS", "300")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(b"{\"hook_event_name\":").unwrap();
-    let status = wait_child(&mut child, HANG_GUARD).unwrap_or_else(|| {
-        let _ = child.kill();
-        panic!("the hook waited for stdin past its deadline")
+    each_form(|_| {
+        let dir = temp_dir();
+        let sock = dir.path().join("none.sock");
+        let mut child = form()
+            .command()
+            .envs(dstream_tests::client_env(&sock))
+            .env("DSTREAM_HOOK_TIMEOUT_MS", "300")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"{\"hook_event_name\":").unwrap();
+        let status = wait_child(&mut child, HANG_GUARD).unwrap_or_else(|| {
+            let _ = child.kill();
+            panic!("the hook waited for stdin past its deadline")
+        });
+        assert!(status.success());
+        drop(stdin);
     });
-    assert!(status.success());
-    drop(stdin);
 }
 
 #[test]
 fn events_bigger_than_the_daemons_frame_limit_are_cut_to_fit() {
-    let dir = temp_dir();
-    let sock = dir.path().join("fake.sock");
-    let limit = 64 * 1024;
-    // The stand-in refuses frames over `limit`, as the daemon does, and tells its limit.
-    let fake = FakeDaemon::start(&sock, move |frame| {
-        let size = serde_json::to_vec(frame).unwrap().len();
-        match frame["method"].as_str() {
-            Some("hello") => json!({"result": {"server": "fake", "version": "0", "protocol": 1,
+    each_form(|_| {
+        let dir = temp_dir();
+        let sock = dir.path().join("fake.sock");
+        let limit = 64 * 1024;
+        // The stand-in refuses frames over `limit`, as the daemon does, and tells its limit.
+        let fake = FakeDaemon::start(&sock, move |frame| {
+            let size = serde_json::to_vec(frame).unwrap().len();
+            match frame["method"].as_str() {
+                Some("hello") => json!({"result": {"server": "fake", "version": "0", "protocol": 1,
                 "max_frame_bytes": limit, "fsync": "always", "peer": {"uid": null, "gid": null, "pid": null}}}),
-            _ if size > limit => json!({"error": {"code": -32003, "message": "frame too large"}}),
-            _ => json!({"result": {"events": [], "decision": {"action": "allow",
+                _ if size > limit => {
+                    json!({"error": {"code": -32003, "message": "frame too large"}})
+                }
+                _ => json!({"result": {"events": [], "decision": {"action": "allow",
                 "updated_input": {"command": "edited"}}}}),
-        }
+            }
+        });
+        let mut event = pre_tool_use("s-big");
+        event["tool_input"]["command"] = json!("x".repeat(300_000));
+        let answer = printed(&hook(&sock, &event, &[]));
+        let frames = fake.frames();
+        let methods: Vec<_> = frames
+            .iter()
+            .map(|f| f["method"].as_str().unwrap())
+            .collect();
+        assert_eq!(methods, ["ingest", "hello", "ingest"]);
+        let sent = &frames[2]["params"]["event"];
+        assert!(serde_json::to_vec(&frames[2]).unwrap().len() <= limit);
+        assert_eq!(sent["tool_use_id"], "toolu_01TEST");
+        assert!(
+            sent["tool_input"]["command"]
+                .as_str()
+                .unwrap()
+                .ends_with("bytes cut]")
+        );
+        // Allowed, but the edit of a cut input is not applied.
+        assert_eq!(answer["hookSpecificOutput"]["permissionDecision"], "allow");
+        assert!(
+            answer["hookSpecificOutput"].get("updatedInput").is_none(),
+            "{answer}"
+        );
+        fake.stop();
     });
-    let mut event = pre_tool_use("s-big");
-    event["tool_input"]["command"] = json!("x".repeat(300_000));
-    let answer = printed(&hook(&sock, &event, &[]));
-    let frames = fake.frames();
-    let methods: Vec<_> = frames
-        .iter()
-        .map(|f| f["method"].as_str().unwrap())
-        .collect();
-    assert_eq!(methods, ["ingest", "hello", "ingest"]);
-    let sent = &frames[2]["params"]["event"];
-    assert!(serde_json::to_vec(&frames[2]).unwrap().len() <= limit);
-    assert_eq!(sent["tool_use_id"], "toolu_01TEST");
-    assert!(
-        sent["tool_input"]["command"]
-            .as_str()
-            .unwrap()
-            .ends_with("bytes cut]")
-    );
-    // Allowed, but the edit of a cut input is not applied.
-    assert_eq!(answer["hookSpecificOutput"]["permissionDecision"], "allow");
-    assert!(
-        answer["hookSpecificOutput"].get("updatedInput").is_none(),
-        "{answer}"
-    );
-    fake.stop();
 }
 
 // ---- the hook against the real daemon ----
@@ -645,39 +721,41 @@ fn came_from(stored: &Value, raw: &Value) -> bool {
 
 #[test]
 fn hook_events_land_in_the_session_log() {
-    let d = Daemon::start();
-    let session = "hook-e2e-1";
-    let kinds = [
-        "SessionStart",
-        "UserPromptSubmit",
-        "PreToolUse",
-        "PostToolUse",
-        "Stop",
-    ];
-    for kind in kinds {
-        let event = event_of(kind, session);
-        let answer = printed(&hook(&d.socket(), &event, &[]));
-        if !answer.is_null() {
-            assert_eq!(
-                kind, "PreToolUse",
-                "only a tool call gets an answer: {answer}"
-            );
-            assert_eq!(answer["hookSpecificOutput"]["hookEventName"], "PreToolUse");
-            let decided = answer["hookSpecificOutput"]["permissionDecision"].as_str();
-            assert!(matches!(decided, Some("allow" | "deny")), "{answer}");
+    each_form(|_| {
+        let d = Daemon::start();
+        let session = "hook-e2e-1";
+        let kinds = [
+            "SessionStart",
+            "UserPromptSubmit",
+            "PreToolUse",
+            "PostToolUse",
+            "Stop",
+        ];
+        for kind in kinds {
+            let event = event_of(kind, session);
+            let answer = printed(&hook(&d.socket(), &event, &[]));
+            if !answer.is_null() {
+                assert_eq!(
+                    kind, "PreToolUse",
+                    "only a tool call gets an answer: {answer}"
+                );
+                assert_eq!(answer["hookSpecificOutput"]["hookEventName"], "PreToolUse");
+                let decided = answer["hookSpecificOutput"]["permissionDecision"].as_str();
+                assert!(matches!(decided, Some("allow" | "deny")), "{answer}");
+            }
         }
-    }
-    let stored = events_of(&d, session);
-    for kind in kinds {
-        let raw = event_of(kind, session);
-        assert!(
-            stored.iter().any(|e| came_from(e, &raw)),
-            "no stored event for {kind} in {stored:#?}"
-        );
-    }
-    for e in &stored {
-        assert_eq!(e["session_id"], session);
-    }
+        let stored = events_of(&d, session);
+        for kind in kinds {
+            let raw = event_of(kind, session);
+            assert!(
+                stored.iter().any(|e| came_from(e, &raw)),
+                "no stored event for {kind} in {stored:#?}"
+            );
+        }
+        for e in &stored {
+            assert_eq!(e["session_id"], session);
+        }
+    });
 }
 
 /// A policy for the real daemon: a stand-in mapping for `source` that turns tool calls into
@@ -712,53 +790,59 @@ fn write_test_policy(d: &Daemon, source: &str, map_body: &str) {
 
 #[test]
 fn real_daemon_decisions_reach_claude_code_in_its_format() {
-    let d = Daemon::start();
-    write_test_policy(
-        &d,
-        "claude-code",
-        r#"if raw.hook_event_name == "PreToolUse" or raw.hook_event_name == "PermissionRequest" then
+    each_form(|_| {
+        let d = Daemon::start();
+        write_test_policy(
+            &d,
+            "claude-code",
+            r#"if raw.hook_event_name == "PreToolUse" or raw.hook_event_name == "PermissionRequest" then
             emit({ type = "execution.tool_use", session_id = raw.session_id,
                    payload = { phase = "requested", tool = raw.tool_name, input = raw.tool_input,
                                tool_use_id = raw.tool_use_id } })
           end"#,
-    );
-    let session = "hook-e2e-decide";
-    let call = |kind: &str, command: &str| {
-        let mut e = event_of(kind, session);
-        e["tool_input"]["command"] = json!(command);
-        printed(&hook(&d.socket(), &e, &[]))
-    };
-    assert_eq!(
-        call("PreToolUse", "rm -rf /"),
-        json!({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
+        );
+        let session = "hook-e2e-decide";
+        let call = |kind: &str, command: &str| {
+            let mut e = event_of(kind, session);
+            e["tool_input"]["command"] = json!(command);
+            printed(&hook(&d.socket(), &e, &[]))
+        };
+        assert_eq!(
+            call("PreToolUse", "rm -rf /"),
+            json!({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
             "permissionDecisionReason": "no rm (test policy)"}})
-    );
-    assert_eq!(
-        call("PreToolUse", "ls"),
-        json!({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow",
+        );
+        assert_eq!(
+            call("PreToolUse", "ls"),
+            json!({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow",
             "permissionDecisionReason": "allowed by plugin:claude-code (dstream)"}})
-    );
-    assert_eq!(call("PreToolUse", "cat notes.txt"), Value::Null);
-    assert_eq!(
-        call("PermissionRequest", "rm x"),
-        json!({"hookSpecificOutput": {"hookEventName": "PermissionRequest",
+        );
+        assert_eq!(call("PreToolUse", "cat notes.txt"), Value::Null);
+        assert_eq!(
+            call("PermissionRequest", "rm x"),
+            json!({"hookSpecificOutput": {"hookEventName": "PermissionRequest",
             "decision": {"behavior": "deny", "message": "no rm (test policy)"}}})
-    );
-    assert_eq!(
-        call("PermissionRequest", "ls"),
-        json!({"hookSpecificOutput": {"hookEventName": "PermissionRequest",
+        );
+        assert_eq!(
+            call("PermissionRequest", "ls"),
+            json!({"hookSpecificOutput": {"hookEventName": "PermissionRequest",
             "decision": {"behavior": "allow"}}})
-    );
-    let stored = events_of(&d, session);
-    let of = |t: &str| stored.iter().filter(|e| e["type"] == t).collect::<Vec<_>>();
-    assert_eq!(of("execution.tool_use").len(), 5, "{stored:#?}");
-    // Each decision is recorded beside its call, naming the plugin that made it.
-    let (denied, allowed) = (of("checkpoint.rejected"), of("checkpoint.approved"));
-    assert_eq!((denied.len(), allowed.len()), (2, 2), "{stored:#?}");
-    assert!(denied.iter().chain(&allowed).all(
-        |e| e["payload"]["auto"] == true && e["payload"]["decided_by"] == "plugin:claude-code"
-    ));
-    assert_eq!(stored.len(), 9, "{stored:#?}");
+        );
+        let stored = events_of(&d, session);
+        let of = |t: &str| stored.iter().filter(|e| e["type"] == t).collect::<Vec<_>>();
+        assert_eq!(of("execution.tool_use").len(), 5, "{stored:#?}");
+        // Each decision is recorded beside its call, naming the plugin that made it.
+        let (denied, allowed) = (of("checkpoint.rejected"), of("checkpoint.approved"));
+        assert_eq!((denied.len(), allowed.len()), (2, 2), "{stored:#?}");
+        assert!(
+            denied
+                .iter()
+                .chain(&allowed)
+                .all(|e| e["payload"]["auto"] == true
+                    && e["payload"]["decided_by"] == "plugin:claude-code")
+        );
+        assert_eq!(stored.len(), 9, "{stored:#?}");
+    });
 }
 
 // ---- the OpenCode plugin ----

@@ -118,19 +118,29 @@ fn read_json(path: &Path) -> Value {
     serde_json::from_slice(&fs::read(path).unwrap()).unwrap()
 }
 
-/// The hook command install writes for `bin`: its real path, shell-quoted, then the agent.
-fn expected_command(bin: &Path) -> String {
-    let real = fs::canonicalize(bin).unwrap();
-    let real = real.to_str().unwrap();
+/// `path` as one POSIX shell word, as install writes it.
+fn shell_word(path: &Path) -> String {
+    let real = path.to_str().unwrap();
     let plain = real
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c));
-    let quoted = if plain {
+    if plain {
         real.to_string()
     } else {
         format!("'{}'", real.replace('\'', r"'\''"))
-    };
-    format!("{quoted} hook claude-code")
+    }
+}
+
+/// The hook command install writes for `bin`: the lean `dstream-hook` beside it when there is
+/// one (`<its real path> claude-code`), else `<its real path> hook claude-code`.
+fn expected_command(bin: &Path) -> String {
+    let real = fs::canonicalize(bin).unwrap();
+    let lean = real.with_file_name("dstream-hook");
+    if lean.is_file() {
+        format!("{} claude-code", shell_word(&lean))
+    } else {
+        format!("{} hook claude-code", shell_word(&real))
+    }
 }
 
 /// The commands of all hook handlers of `event`.

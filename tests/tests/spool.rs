@@ -3,10 +3,10 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
-use dstream_tests::{Daemon, daemon_bin, data_dir_for};
+use dstream_tests::{Daemon, data_dir_for};
 use serde_json::{Value, json};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -42,8 +42,7 @@ fn hook(
     args: &[&str],
     env: &[(&str, &str)],
 ) -> Output {
-    let mut child = Command::new(daemon_bin())
-        .args(["hook", "claude-code"])
+    let mut child = dstream_tests::hook_command()
         .args(args)
         .env("DSTREAM_SOCKET", socket)
         .env("DSTREAM_DATA_DIR", data_dir)

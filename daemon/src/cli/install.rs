@@ -2,8 +2,9 @@
 //! and take exactly that back out.
 //!
 //! - Claude Code: a hook entry per recorded event in a `settings.json`, running
-//!   `<absolute path of this dstream> hook claude-code`. The rest of the file (other settings,
-//!   other hooks, the order of keys) is kept as it is.
+//!   `<absolute path of the dstream-hook beside this dstream> claude-code` (the lean hook
+//!   binary), or without one there `<absolute path of this dstream> hook claude-code`. The rest
+//!   of the file (other settings, other hooks, the order of keys) is kept as it is.
 //! - OpenCode: the plugin `scripts/opencode/dstream.js` (built into this binary) copied into
 //!   OpenCode's plugin folder.
 //!
@@ -83,10 +84,12 @@ pub struct InstallArgs {
 
 const INSTALL_HELP: &str = "\
 Claude Code: adds to the settings file, for every hook event dstream records, a hook that runs
-`<this dstream's absolute path> hook claude-code` with a 600 s timeout (long enough for a person
-to approve a held tool call). Other settings and other hooks are left as they are. Running it
-again changes nothing; after moving the dstream binary, running it again points the hooks at
-the new path. Installing adds events and never removes any. If Claude Code reports `Invalid key
+`<absolute path of dstream-hook> claude-code` with a 600 s timeout (long enough for a person to
+approve a held tool call). dstream-hook is the lean hook binary installed beside dstream (it
+starts faster on every event); without one beside this dstream, the hook runs `<this dstream's
+absolute path> hook claude-code`, which does the same. Other settings and other hooks are left
+as they are. Running it again changes nothing; after moving the dstream binaries, running it
+again points the hooks at the new path. Installing adds events and never removes any. If Claude Code reports `Invalid key
 in record` for a hook event after installing, it is older than that event (and ignores the whole
 file): run `dstream uninstall claude-code`, then install again with `--events core`.
 

@@ -115,8 +115,8 @@ struct PluginHostArgs {
 
 pub fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    if let Some(hook) = hook::HookArgs::from_plain_args(&args) {
-        return hook::run(hook);
+    if let Some(options) = hook::plain(&args) {
+        return dstream_daemon::hook::run(options);
     }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

@@ -856,9 +856,36 @@ impl Bench<'_> {
         let p = pcts(&mut http_hook, 1e6);
         p.p50.map(|v| self.ours.insert("hook_http/p50", v));
         p.p99.map(|v| self.ours.insert("hook_http/p99", v));
-        // Alternate the two clients, so both meet the same machine state.
-        let (mut hook, mut c) = (Vec::new(), Vec::new());
+        // Alternate the clients, so all meet the same machine state: `dstream hook`, the lean
+        // `dstream-hook` that install points hooks at (as `cargo build` links it, and relinked
+        // as a static PIE), and the C client.
+        let dynamic = procs::dynamic_hook_copy(bin, &self.tmp_root)?;
+        let lean = match procs::relink_hook_static(repo, bin) {
+            Ok(path) => Some(path),
+            Err(why) => {
+                self.notes
+                    .push(format!("the static-PIE lean hook is not measured: {why}"));
+                None
+            }
+        };
+        if dynamic.is_none() {
+            self.notes
+                .push("no dstream-hook beside the daemon: the lean hook is not measured".into());
+        }
+        let (mut hook, mut lean_hook, mut dynamic_hook, mut c) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..runs {
+            if let Some(dynamic) = &dynamic {
+                dynamic_hook.extend(agents::time_runs(
+                    || {
+                        let mut cmd = Command::new(dynamic);
+                        cmd.arg("claude-code").env("DSTREAM_SOCKET", &socket);
+                        cmd
+                    },
+                    &event,
+                    1,
+                )?);
+            }
             hook.extend(agents::time_runs(
                 || {
                     let mut cmd = Command::new(bin);
@@ -869,6 +896,17 @@ impl Bench<'_> {
                 &event,
                 1,
             )?);
+            if let Some(lean) = &lean {
+                lean_hook.extend(agents::time_runs(
+                    || {
+                        let mut cmd = Command::new(lean);
+                        cmd.arg("claude-code").env("DSTREAM_SOCKET", &socket);
+                        cmd
+                    },
+                    &event,
+                    1,
+                )?);
+            }
             c.extend(agents::time_runs(
                 || {
                     let mut cmd = Command::new(&oneshot);
@@ -879,22 +917,42 @@ impl Bench<'_> {
                 1,
             )?);
         }
-        for (key, lat, side) in [
-            ("hook", &mut hook, &mut self.ours),
-            ("hook", &mut c, &mut self.theirs),
+        for (key, lat, ours) in [
+            ("hook", &mut hook, true),
+            ("hook_lean", &mut lean_hook, true),
+            ("hook_lean_dynamic", &mut dynamic_hook, true),
+            ("hook", &mut c, false),
         ] {
+            let side = if ours {
+                &mut self.ours
+            } else {
+                &mut self.theirs
+            };
             let p = pcts(lat, 1e6);
             p.p50.map(|v| side.insert(leak(format!("{key}/p50")), v));
             p.p99.map(|v| side.insert(leak(format!("{key}/p99")), v));
         }
+        // The hook as installs run it: the lean binary beside dstream when there is one.
+        let lean = procs::lean_hook(bin);
+        let installed_hook = || match &lean {
+            Some(lean) => {
+                let mut cmd = Command::new(lean);
+                cmd.arg("claude-code");
+                cmd
+            }
+            None => {
+                let mut cmd = Command::new(bin);
+                cmd.args(["hook", "claude-code"]);
+                cmd
+            }
+        };
         // No daemon and autostart off: the hook writes the event to the spool, synced.
         let missing = self.tmp_root.join("no-daemon-here.sock");
         let spool_data = self.tmp_root.join("spool-bench-data");
         let mut down = agents::time_runs(
             || {
-                let mut cmd = Command::new(bin);
-                cmd.args(["hook", "claude-code"])
-                    .env("DSTREAM_SOCKET", &missing)
+                let mut cmd = installed_hook();
+                cmd.env("DSTREAM_SOCKET", &missing)
                     .env("DSTREAM_DATA_DIR", &spool_data)
                     .env("DSTREAM_AUTOSTART", "0");
                 cmd
@@ -913,9 +971,8 @@ impl Bench<'_> {
             let (socket, data) = (dir.join("run").join("dstream.sock"), dir.join("data"));
             first.extend(agents::time_runs(
                 || {
-                    let mut cmd = Command::new(bin);
-                    cmd.args(["hook", "claude-code"])
-                        .env("DSTREAM_SOCKET", &socket)
+                    let mut cmd = installed_hook();
+                    cmd.env("DSTREAM_SOCKET", &socket)
                         .env("DSTREAM_DATA_DIR", &data)
                         .env_remove("DSTREAM_AUTOSTART");
                     cmd
@@ -1448,7 +1505,31 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
         Better::Lower,
     );
     t.add(
-        "`dstream hook claude-code` per call (PreToolUse, daemon up), wall ms p50 (reference column: a one-shot C client sending the same ingest)",
+        "`dstream-hook claude-code` (the lean hook binary `install` writes), linked as a static PIE, per call (PreToolUse, daemon up), wall ms p50 (reference column: a one-shot C client sending the same ingest)",
+        get(ours, "hook_lean/p50"),
+        get(theirs, "hook/p50"),
+        Better::Lower,
+    );
+    t.add(
+        "… the same, p99",
+        get(ours, "hook_lean/p99"),
+        get(theirs, "hook/p99"),
+        Better::Lower,
+    );
+    t.add(
+        "`dstream-hook claude-code` as `cargo build` links it (dynamic: glibc, libgcc_s), wall ms p50 (reference column: the one-shot C client)",
+        get(ours, "hook_lean_dynamic/p50"),
+        get(theirs, "hook/p50"),
+        Better::Lower,
+    );
+    t.add(
+        "… the same, p99",
+        get(ours, "hook_lean_dynamic/p99"),
+        get(theirs, "hook/p99"),
+        Better::Lower,
+    );
+    t.add(
+        "`dstream hook claude-code` (the full binary, older installs) per call, wall ms p50 (reference column: the one-shot C client)",
         get(ours, "hook/p50"),
         get(theirs, "hook/p50"),
         Better::Lower,
@@ -1472,7 +1553,7 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
         Better::Lower,
     );
     t.add(
-        "`dstream hook claude-code` with no daemon, autostart off: the event spooled (synced), wall ms p50",
+        "the hook (`dstream-hook claude-code`) with no daemon, autostart off: the event spooled (synced), wall ms p50",
         get(ours, "hook_down/p50"),
         None,
         Better::Lower,
@@ -1484,7 +1565,7 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
         Better::Lower,
     );
     t.add(
-        "`dstream hook claude-code` with no daemon, autostart on: first event (starts the daemon, stored by it), wall ms p50",
+        "the hook (`dstream-hook claude-code`) with no daemon, autostart on: first event (starts the daemon, stored by it), wall ms p50",
         get(ours, "hook_autostart/p50"),
         None,
         Better::Lower,

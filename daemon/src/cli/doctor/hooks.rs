@@ -1,6 +1,7 @@
 //! Checks 4 and 5: the agents' side. Claude Code's hooks, read from the settings files
-//! `dstream install claude-code` writes (by the same code), each pointing at a dstream that
-//! exists and is this version; settings that turn hooks off; OpenCode's plugin file.
+//! `dstream install claude-code` writes (by the same code), each pointing at a dstream (or the
+//! lean `dstream-hook`, with its dstream beside it) that exists and is this version; settings
+//! that turn hooks off; OpenCode's plugin file.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -13,6 +14,8 @@ use crate::cli::install::claude_events::CLAUDE_CORE_EVENTS;
 use crate::cli::install::claude_hooks::installed;
 use crate::cli::install::json::Json;
 use crate::cli::install::opencode;
+use crate::cli::install::shell::is_lean;
+use dstream_daemon::hook::LEAN_BIN;
 
 /// How long `<hook binary> --version` may take.
 const VERSION_TIMEOUT: Duration = Duration::from_secs(3);
@@ -154,7 +157,8 @@ fn claude_hooks(docs: &[(&Scope, Json)], config: &dstream_daemon::Config) -> Vec
     out
 }
 
-/// Whether the hook's binary runs and is this version: `Err` says what is wrong with it.
+/// Whether the hook's binary runs and is this version (`dstream`, or the lean `dstream-hook`
+/// with the `dstream` beside it that starts a daemon when none runs): `Err` says what is wrong.
 fn hook_binary(exe: &str) -> Result<(), String> {
     let path = resolve(exe).ok_or_else(|| "is not found (not a file, nor on PATH)".to_string())?;
     let meta = std::fs::metadata(&path).map_err(|e| format!("cannot be examined ({e})"))?;
@@ -168,12 +172,33 @@ fn hook_binary(exe: &str) -> Result<(), String> {
             return Err("is not executable".into());
         }
     }
+    let lean = is_lean(exe);
     let said = run_version(&path)?;
-    let expected = format!("dstream {VERSION}");
+    let name = if lean { LEAN_BIN } else { "dstream" };
+    let expected = format!("{name} {VERSION}");
     if said != expected {
         return Err(format!(
             "says {said:?} to --version, not {expected:?} (another dstream)"
         ));
+    }
+    if lean {
+        // Without a daemon, the lean hook starts the `dstream` beside it; with none there, it
+        // can only spool.
+        let beside = path.with_file_name(format!("dstream{}", std::env::consts::EXE_SUFFIX));
+        if !beside.is_file() {
+            return Err(format!(
+                "has no dstream beside it ({} is missing), so it cannot start a daemon when \
+                 none runs (it spools the events instead)",
+                beside.display()
+            ));
+        }
+        let said = run_version(&beside)?;
+        if said != format!("dstream {VERSION}") {
+            return Err(format!(
+                "starts the dstream beside it, which says {said:?} to --version, not \
+                 \"dstream {VERSION}\" (another dstream)"
+            ));
+        }
     }
     Ok(())
 }

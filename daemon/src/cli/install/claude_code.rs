@@ -29,9 +29,17 @@ pub fn settings_file(project: Option<&Path>, local: bool) -> PathBuf {
     }
 }
 
-/// The path of the running binary, as a shell word for the hook command.
-fn dstream_exe() -> anyhow::Result<String> {
+/// The program hooks run: the lean `dstream-hook` beside the running binary when it is there
+/// (a smaller image that starts faster on every event), else the running binary itself (as
+/// `dstream hook`).
+fn hook_exe() -> anyhow::Result<String> {
     let exe = std::env::current_exe().context("finding the path of this dstream binary")?;
+    let lean = exe.with_file_name(format!(
+        "{}{}",
+        dstream_daemon::hook::LEAN_BIN,
+        std::env::consts::EXE_SUFFIX
+    ));
+    let exe = if lean.is_file() { lean } else { exe };
     let exe = exe.to_str().ok_or_else(|| {
         anyhow!(
             "the path of this dstream binary ({}) is not UTF-8",
@@ -124,7 +132,7 @@ pub fn install(
     telemetry: Result<Telemetry, String>,
     http: Option<&HttpHooks>,
 ) -> anyhow::Result<()> {
-    let exe = dstream_exe()?;
+    let exe = hook_exe()?;
     let (file, mut doc) = match files::read(path, files::MAX_BYTES)? {
         Found::Missing => (None, Json::Object(Vec::new())),
         Found::DanglingLink(target) => return Err(files::dangling_link(path, &target)),

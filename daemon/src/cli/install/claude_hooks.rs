@@ -13,9 +13,10 @@ use super::shell;
 /// approval timeouts stay below this one so that a decision is never cut off.
 pub const CLAUDE_HOOK_TIMEOUT_SECS: u64 = 600;
 
-/// The command a hook entry runs.
+/// The command a hook entry runs: `exe hook claude-code`, or `exe claude-code` when `exe` is
+/// the lean `dstream-hook`.
 pub fn hook_command(exe: &str) -> String {
-    format!("{} hook claude-code", shell::quote(exe))
+    shell::hook_words(exe, "claude-code")
 }
 
 /// The environment variable an `http` hook's header takes the daemon's token from (Claude Code
@@ -27,7 +28,8 @@ const HOOK_PATH: &str = "/hooks/claude-code";
 /// How dstream's hooks reach it.
 #[derive(Clone, Copy)]
 pub enum HookKind<'a> {
-    /// `type: "command"`: run this dstream's `hook claude-code`.
+    /// `type: "command"`: run `exe`'s hook (`dstream hook claude-code`, or the lean
+    /// `dstream-hook claude-code`).
     Command { exe: &'a str },
     /// `type: "http"`: POST to the daemon's listener at `base` (`http://127.0.0.1:4438`).
     /// SessionStart keeps the command (Claude Code runs no `http` hook for it, and the command
@@ -150,7 +152,10 @@ pub fn add_hooks(
             match (&current, kind) {
                 // The same kind, another binary: repointed, the user's flags and timeout kept.
                 (Ours::Command(command), HookKind::Command { exe }) => {
-                    handler.set("command", Json::string(&command.with_exe(exe)));
+                    handler.set(
+                        "command",
+                        Json::string(&command.with_exe(exe, "claude-code")),
+                    );
                     if handler.get("timeout").is_none() {
                         handler.set("timeout", Json::from(CLAUDE_HOOK_TIMEOUT_SECS));
                     }
@@ -158,7 +163,10 @@ pub fn add_hooks(
                 (Ours::Command(command), HookKind::Http { exe, .. })
                     if *event == "SessionStart" =>
                 {
-                    handler.set("command", Json::string(&command.with_exe(exe)));
+                    handler.set(
+                        "command",
+                        Json::string(&command.with_exe(exe, "claude-code")),
+                    );
                 }
                 // From a command hook to an http one, or back, or another address.
                 _ => *handler = kind.handler(event),
@@ -351,6 +359,41 @@ mod tests {
             text(&d),
             r#"{"hooks":{"PreToolUse":[{"hooks":[{"type":"command","command":"'/opt/my tools/dstream' hook claude-code --fail-closed","timeout":30}]}]}}"#
         );
+    }
+
+    #[test]
+    fn the_lean_binary_takes_over_dstream_hook_entries_and_gives_them_back() {
+        let lean = HookKind::Command {
+            exe: "/opt/bin/dstream-hook",
+        };
+        let mut d = doc(r#"{"hooks": {"Stop": [{"hooks": [{"type": "command",
+            "command": "/opt/bin/dstream hook claude-code --fail-closed"}]}]}}"#);
+        let changes = add_hooks(&mut d, &["Stop", "PreToolUse"], lean).unwrap();
+        assert_eq!(
+            (changes.updated, changes.added),
+            (vec!["Stop"], vec!["PreToolUse"])
+        );
+        assert_eq!(
+            text(&d),
+            r#"{"hooks":{"Stop":[{"hooks":[{"type":"command","command":"/opt/bin/dstream-hook claude-code --fail-closed","timeout":600}]}],"PreToolUse":[{"hooks":[{"type":"command","command":"/opt/bin/dstream-hook claude-code","timeout":600}]}]}}"#
+        );
+        assert_eq!(
+            installed(&d),
+            [
+                ("Stop".to_string(), "/opt/bin/dstream-hook".to_string()),
+                (
+                    "PreToolUse".to_string(),
+                    "/opt/bin/dstream-hook".to_string()
+                )
+            ]
+        );
+        // Installed again by the lean binary: nothing to do. By a dstream alone: back.
+        let again = add_hooks(&mut d, &["Stop", "PreToolUse"], lean).unwrap();
+        assert!(again.added.is_empty() && again.updated.is_empty());
+        add_hooks(&mut d, &["Stop", "PreToolUse"], CMD).unwrap();
+        assert!(text(&d).contains(r#""'/opt/my tools/dstream' hook claude-code --fail-closed""#));
+        assert_eq!(remove_hooks(&mut d).unwrap(), ["Stop", "PreToolUse"]);
+        assert_eq!(text(&d), "{}");
     }
 
     #[test]

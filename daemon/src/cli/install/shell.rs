@@ -1,5 +1,6 @@
 //! Shell words for the hook's command line: quoting a path as one POSIX shell word, splitting
-//! a command line back into words, and recognising a command that runs `dstream hook`.
+//! a command line back into words, and recognising a command that runs `dstream hook` or the
+//! lean `dstream-hook`.
 
 /// `s` as one POSIX shell word: unchanged when it has no special characters, else in
 /// single quotes.
@@ -54,13 +55,32 @@ pub fn split(line: &str) -> Option<Vec<(String, std::ops::Range<usize>)>> {
     }
 }
 
-/// A hook command that runs `dstream hook <agent>`, possibly after `NAME=value`
-/// assignments and with more arguments after it.
+/// Whether `exe` is the lean hook binary, `dstream-hook` (by its name), which takes the agent
+/// without `hook` before it.
+pub fn is_lean(exe: &str) -> bool {
+    std::path::Path::new(exe)
+        .file_stem()
+        .is_some_and(|s| s == dstream_daemon::hook::LEAN_BIN)
+}
+
+/// The words that run the hook for `agent` with `exe`, quoted: `exe hook agent`, or for the
+/// lean binary `exe agent`.
+pub fn hook_words(exe: &str, agent: &str) -> String {
+    if is_lean(exe) {
+        format!("{} {agent}", quote(exe))
+    } else {
+        format!("{} hook {agent}", quote(exe))
+    }
+}
+
+/// A hook command that runs `dstream hook <agent>` or `dstream-hook <agent>`, possibly after
+/// `NAME=value` assignments and with more arguments after it.
 pub struct HookCommand {
     line: String,
-    /// The dstream binary as written (unquoted).
+    /// The program as written (unquoted): a `dstream`, or a `dstream-hook`.
     pub exe: String,
-    exe_span: std::ops::Range<usize>,
+    /// From the program to the agent's name: what [`HookCommand::with_exe`] replaces.
+    span: std::ops::Range<usize>,
 }
 
 impl HookCommand {
@@ -74,24 +94,34 @@ impl HookCommand {
             })
         };
         let first = words.iter().position(|(w, _)| !is_assignment(w))?;
-        let [(exe, span), (hook, _), (named, _), ..] = &words[first..] else {
+        let [(exe, span), rest @ ..] = &words[first..] else {
             return None;
         };
         let stem = std::path::Path::new(exe).file_stem()?;
-        (stem == "dstream" && hook == "hook" && named == agent).then(|| HookCommand {
+        let end = match rest {
+            [(named, named_span), ..] if is_lean(exe) && named == agent => named_span.end,
+            [(hook, _), (named, named_span), ..]
+                if stem == "dstream" && hook == "hook" && named == agent =>
+            {
+                named_span.end
+            }
+            _ => return None,
+        };
+        Some(HookCommand {
             line: line.to_string(),
             exe: exe.clone(),
-            exe_span: span.clone(),
+            span: span.start..end,
         })
     }
 
-    /// The same command line running `exe` instead; everything else kept verbatim.
-    pub fn with_exe(&self, exe: &str) -> String {
+    /// The same command line running the hook with `exe` (`dstream` or `dstream-hook`, each in
+    /// its own form) instead; everything before and after kept verbatim.
+    pub fn with_exe(&self, exe: &str, agent: &str) -> String {
         format!(
             "{}{}{}",
-            &self.line[..self.exe_span.start],
-            quote(exe),
-            &self.line[self.exe_span.end..]
+            &self.line[..self.span.start],
+            hook_words(exe, agent),
+            &self.line[self.span.end..]
         )
     }
 }
@@ -142,6 +172,14 @@ mod tests {
         );
         assert_eq!(parse("dstream hook opencode"), None);
         assert_eq!(parse("dstream-other hook claude-code"), None);
+        // The lean binary takes the agent without `hook`.
+        assert_eq!(
+            parse("'/opt/my tools/dstream-hook' claude-code --fail-closed").as_deref(),
+            Some("/opt/my tools/dstream-hook")
+        );
+        assert_eq!(parse("dstream-hook hook claude-code"), None);
+        assert_eq!(parse("dstream-hook opencode"), None);
+        assert_eq!(parse("dstream claude-code"), None);
         assert_eq!(parse("echo dstream hook claude-code"), None);
         assert_eq!(parse("dstream tail x"), None);
         let h = HookCommand::parse(
@@ -150,8 +188,20 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            h.with_exe(EXE),
+            h.with_exe(EXE, "claude-code"),
             "DSTREAM_HOOK_DEBUG=1 '/opt/my tools/dstream' hook claude-code || true"
+        );
+        // Between the two forms, both ways, the words around kept.
+        let lean = h.with_exe("/opt/bin/dstream-hook", "claude-code");
+        assert_eq!(
+            lean,
+            "DSTREAM_HOOK_DEBUG=1 /opt/bin/dstream-hook claude-code || true"
+        );
+        let back = HookCommand::parse(&lean, "claude-code").unwrap();
+        assert_eq!(back.exe, "/opt/bin/dstream-hook");
+        assert_eq!(
+            back.with_exe("/usr/bin/dstream", "claude-code"),
+            "DSTREAM_HOOK_DEBUG=1 /usr/bin/dstream hook claude-code || true"
         );
     }
 }

@@ -37,7 +37,9 @@ pub fn build_daemon(repo: &Path) -> Result<PathBuf> {
         .parent()
         .context("bench exe has no parent dir")?
         .to_path_buf();
-    eprintln!("bench: building the daemon: cargo build --release -p dstream-daemon --bin dstream");
+    eprintln!(
+        "bench: building the daemon: cargo build --release -p dstream-daemon --bin dstream --bin dstream-hook"
+    );
     let mut cmd = Command::new(cargo());
     cmd.args([
         "build",
@@ -46,6 +48,8 @@ pub fn build_daemon(repo: &Path) -> Result<PathBuf> {
         "dstream-daemon",
         "--bin",
         "dstream",
+        "--bin",
+        "dstream-hook",
         "--manifest-path",
     ])
     .arg(repo.join("Cargo.toml"));
@@ -64,6 +68,64 @@ pub fn build_daemon(repo: &Path) -> Result<PathBuf> {
         bail!("{} not found after the build", bin.display());
     }
     Ok(bin)
+}
+
+/// The lean hook binary that goes with the daemon `bin`: `$DSTREAM_HOOK_BIN`, else the
+/// `dstream-hook` beside it (built with it by [`build_daemon`]); `None` when there is none.
+pub fn lean_hook(bin: &Path) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("DSTREAM_HOOK_BIN") {
+        return Some(p.into());
+    }
+    let lean = bin.with_file_name(format!("dstream-hook{}", std::env::consts::EXE_SUFFIX));
+    lean.is_file().then_some(lean)
+}
+
+/// The lean hook as `cargo build` links it (dynamically, against glibc and libgcc_s), copied
+/// into `dir` so that [`relink_hook_static`] does not replace it; `None` without one.
+pub fn dynamic_hook_copy(bin: &Path, dir: &Path) -> Result<Option<PathBuf>> {
+    let Some(lean) = lean_hook(bin) else {
+        return Ok(None);
+    };
+    let copy = dir.join("dstream-hook-dynamic");
+    fs::copy(&lean, &copy).with_context(|| format!("copying {}", lean.display()))?;
+    Ok(Some(copy))
+}
+
+/// Relinks the lean hook beside `bin` as a static PIE (`-C target-feature=+crt-static` on the
+/// binary alone, through `cargo rustc`; still position-independent, so ASLR stays), which
+/// skips the dynamic loader, libgcc_s and libc's relocations at every start. Linux with glibc
+/// only, and not when `$DSTREAM_BIN` names the binaries. Returns its path, or why not.
+pub fn relink_hook_static(repo: &Path, bin: &Path) -> Result<PathBuf, String> {
+    if !cfg!(all(target_os = "linux", target_env = "gnu")) {
+        return Err("a static PIE hook is built on Linux with glibc only".into());
+    }
+    if std::env::var_os("DSTREAM_BIN").is_some() {
+        return Err("$DSTREAM_BIN is set: the binaries are not built here".into());
+    }
+    eprintln!(
+        "bench: relinking the lean hook as a static PIE: cargo rustc --release -p dstream-daemon --bin dstream-hook -- -C target-feature=+crt-static"
+    );
+    let mut cmd = Command::new(cargo());
+    cmd.args([
+        "rustc",
+        "--release",
+        "-p",
+        "dstream-daemon",
+        "--bin",
+        "dstream-hook",
+        "--manifest-path",
+    ])
+    .arg(repo.join("Cargo.toml"))
+    .args(["--", "-C", "target-feature=+crt-static"]);
+    if let Some(target) = bin.parent().and_then(Path::parent) {
+        cmd.env("CARGO_TARGET_DIR", target);
+    }
+    match cmd.status() {
+        Ok(s) if s.success() => {}
+        Ok(s) => return Err(format!("cargo rustc failed ({s})")),
+        Err(e) => return Err(format!("running cargo rustc: {e}")),
+    }
+    lean_hook(bin).ok_or_else(|| "no dstream-hook after the relink".into())
 }
 
 /// Builds libdstream_ffi (release) beside the daemon and returns its directory.

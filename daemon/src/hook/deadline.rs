@@ -7,14 +7,15 @@ use std::path::PathBuf;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use dstream_daemon::util::time::now_ms;
+use crate::util::time::now_ms;
 
-use dstream_daemon::autostart;
+use crate::autostart;
 
-use super::exchange::exchange;
-use super::fallback::Fallback;
-use super::input::read_input;
-use super::outcome::{Failure, Outcome, Step};
+use crate::hook::args::Program;
+use crate::hook::exchange::exchange;
+use crate::hook::fallback::Fallback;
+use crate::hook::input::read_input;
+use crate::hook::outcome::{Failure, Outcome, Step};
 
 /// How long connecting to the daemon's socket may take. A local socket connects at once or
 /// fails at once; this only bounds a daemon so swamped that its accept queue is full.
@@ -27,17 +28,18 @@ const CHECKPOINT_GRACE: Duration = Duration::from_secs(5);
 
 /// Reads the event and asks the daemon on a worker thread, within `timeout` for the whole
 /// exchange (or a pending checkpoint's deadline): the event's kind, once read, and the outcome.
-pub(super) fn ingest_within(
+pub(crate) fn ingest_within(
     source: &'static str,
     socket: PathBuf,
     timeout: Duration,
     fail_closed: bool,
+    program: Program,
 ) -> (Option<String>, Outcome) {
     let (tx, rx) = mpsc::channel();
     let reply_by_ms = now_ms().saturating_add(timeout.as_millis() as u64);
     let spawned = std::thread::Builder::new()
         .name("dstream-hook".into())
-        .spawn(move || work(source, socket, reply_by_ms, fail_closed, tx));
+        .spawn(move || work(source, socket, reply_by_ms, fail_closed, program, tx));
     match spawned {
         Ok(_) => watch(&rx, timeout),
         Err(e) => (None, Err(Failure::Io(e))),
@@ -104,13 +106,14 @@ fn work(
     socket: PathBuf,
     reply_by_ms: u64,
     fail_closed: bool,
+    program: Program,
     tx: mpsc::Sender<Step>,
 ) {
     let mut input = read_input(&mut io::stdin().lock());
     let _ = tx.send(Step::Input(input.kind.clone()));
     let mut result = exchange(source, &socket, &mut input, reply_by_ms, &tx);
     if let Err(Failure::NotRunning(e)) = &result {
-        let fallback = Fallback::resolve(&socket);
+        let fallback = Fallback::resolve(&socket, program);
         if let Some(note) = &fallback.note {
             eprintln!("dstream hook: {note}");
         }

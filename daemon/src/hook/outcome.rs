@@ -7,10 +7,10 @@ use dstream_sdk::protocol::{CheckpointInfo, IngestResult, RpcError};
 
 /// How asking the daemon ended: its result and whether the event had to be altered (then an
 /// `updated_input` in the reply must not be applied), or why there is none.
-pub(super) type Outcome = Result<(IngestResult, bool), Failure>;
+pub(crate) type Outcome = Result<(IngestResult, bool), Failure>;
 
 /// What the worker reports to the main thread, in this order.
-pub(super) enum Step {
+pub(crate) enum Step {
     /// stdin was read: the event's kind, for answering without the daemon.
     Input(Option<String>),
     Connected,
@@ -24,7 +24,7 @@ pub(super) enum Step {
 }
 
 /// Why there is no verdict from the daemon.
-pub(super) enum Failure {
+pub(crate) enum Failure {
     /// No daemon: the socket is missing or nobody listens on it.
     NotRunning(io::Error),
     /// No daemon could be reached or started (why), and the event was spooled (where).

@@ -14,25 +14,25 @@ const MAX_INPUT_BYTES: usize = 64 << 20;
 const MAX_EVENT_DEPTH: usize = dstream_sdk::event::MAX_NESTING_DEPTH - 8;
 
 /// The hook event as it will be sent, and what the reply needs to know about it.
-pub(super) struct Input {
-    pub(super) event: Value,
+pub(crate) struct Input {
+    pub(crate) event: Value,
     /// `hook_event_name`, which picks the reply format.
-    pub(super) kind: Option<String>,
+    pub(crate) kind: Option<String>,
     /// The agent's session, passed as the `session_id` hint when it is a valid session id.
-    pub(super) session_id: Option<String>,
+    pub(crate) session_id: Option<String>,
     /// Set when the event was changed to fit: not JSON, too big, or too deep.
-    pub(super) altered: Option<String>,
+    pub(crate) altered: Option<String>,
     /// When the hook got it (ms since the epoch), kept if it has to be spooled.
-    pub(super) received_ms: u64,
+    pub(crate) received_ms: u64,
 }
 
 /// Reads the hook event from `reader`: at most [`MAX_INPUT_BYTES`].
 ///
-/// - A JSON value is sent as it is (cut to fit a frame later, see [`super::fit`]).
+/// - A JSON value is sent as it is (cut to fit a frame later, see [`crate::hook::fit`]).
 /// - Anything else (not JSON, not UTF-8, nested deeper than an event may be, or longer than
 ///   the limit) is sent as a JSON string holding the text, so the daemon still stores what
 ///   the agent sent, as an unmapped event, rather than nothing.
-pub(super) fn read_input(reader: &mut impl Read) -> Input {
+pub(crate) fn read_input(reader: &mut impl Read) -> Input {
     let mut bytes = Vec::new();
     let read = reader
         .take(MAX_INPUT_BYTES as u64 + 1)
@@ -53,7 +53,7 @@ pub(super) fn read_input(reader: &mut impl Read) -> Input {
     let parsed = match altered {
         None => match std::str::from_utf8(&bytes)
             .ok()
-            .and_then(dstream_daemon::lossy_json::parse)
+            .and_then(crate::lossy_json::parse)
         {
             Some((mut v, repaired)) => {
                 if repaired {
@@ -90,7 +90,7 @@ pub(super) fn read_input(reader: &mut impl Read) -> Input {
                 session_id: field("session_id"),
                 event,
                 altered,
-                received_ms: dstream_daemon::util::time::now_ms(),
+                received_ms: crate::util::time::now_ms(),
             }
         }
         None => {
@@ -100,7 +100,7 @@ pub(super) fn read_input(reader: &mut impl Read) -> Input {
                 session_id: sniff(&text, "session_id"),
                 event: Value::String(text),
                 altered,
-                received_ms: dstream_daemon::util::time::now_ms(),
+                received_ms: crate::util::time::now_ms(),
             }
         }
     }

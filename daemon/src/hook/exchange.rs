@@ -4,18 +4,18 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
-use dstream_daemon::claude_reply::decision_of;
-use dstream_daemon::util::backoff::Backoff;
+use crate::claude_reply::decision_of;
+use crate::util::backoff::Backoff;
 use dstream_sdk::protocol::{
     Action, CheckpointAwaitParams, CheckpointInfo, DEFAULT_MAX_FRAME_BYTES, HelloResult,
     IngestParams, IngestResult, codes, methods,
 };
 use serde_json::json;
 
-use super::conn::Conn;
-use super::fit::fit;
-use super::input::Input;
-use super::outcome::{Failure, Outcome, Step};
+use crate::hook::conn::Conn;
+use crate::hook::fit::fit;
+use crate::hook::input::Input;
+use crate::hook::outcome::{Failure, Outcome, Step};
 
 /// Pauses between attempts to reach a daemon that went away while a checkpoint was pending.
 const RECONNECT_MIN: Duration = Duration::from_millis(50);
@@ -25,7 +25,7 @@ const ENVELOPE_ROOM: usize = 4096;
 
 /// Sends the event with `ingest` and returns the result, and whether the event had to be
 /// altered (then an `updated_input` in the reply must not be applied).
-pub(super) fn exchange(
+pub(crate) fn exchange(
     source: &str,
     socket: &std::path::Path,
     input: &mut Input,

@@ -1,14 +1,14 @@
 //! What the outcome means for the agent's call, whatever the agent: allow (maybe with an
 //! edited input), deny, or no decision; and whether a remote stop ends the turn.
 
-use dstream_daemon::claude_reply::{Verdict, stop_reason};
+use crate::claude_reply::{Verdict, stop_reason};
 use dstream_sdk::protocol::OnTimeout;
 
-use super::outcome::{Failure, Outcome};
+use crate::hook::outcome::{Failure, Outcome};
 
 /// The verdict for the outcome: the daemon's decision; for a pending checkpoint the daemon
 /// could not answer, its default; without the daemon, none (or a denial when failing closed).
-pub(super) fn verdict(outcome: &Outcome, fail_closed: bool) -> Verdict {
+pub(crate) fn verdict(outcome: &Outcome, fail_closed: bool) -> Verdict {
     match outcome {
         Ok((result, altered)) => match &result.decision {
             None => Verdict::Pass,
@@ -35,7 +35,7 @@ pub(super) fn verdict(outcome: &Outcome, fail_closed: bool) -> Verdict {
 }
 
 /// The reason given for a remote stop, when the daemon's decision ends the agent's turn.
-pub(super) fn stop(outcome: &Outcome) -> Option<String> {
+pub(crate) fn stop(outcome: &Outcome) -> Option<String> {
     match outcome {
         Ok((result, _)) => stop_reason(result.decision.as_ref()),
         Err(_) => None,

@@ -1,13 +1,13 @@
 //! The reply printed for Claude Code on stdout: the outcome's verdict, shaped by
-//! [`dstream_daemon::claude_reply`] (which the daemon's HTTP hook answers with too).
+//! [`crate::claude_reply`] (which the daemon's HTTP hook answers with too).
 
-use dstream_daemon::claude_reply::{ClaudeOutput, reply};
+use crate::claude_reply::{ClaudeOutput, reply};
 
-use super::outcome::Outcome;
-use super::verdict;
+use crate::hook::outcome::Outcome;
+use crate::hook::verdict;
 
 /// What to print for the event `kind` given the outcome, and a few words for the debug line.
-pub(super) fn answer(
+pub(crate) fn answer(
     kind: Option<&str>,
     outcome: &Outcome,
     fail_closed: bool,
@@ -30,7 +30,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::cli::hook::outcome::Failure;
+    use crate::hook::outcome::Failure;
 
     fn decision(action: &str) -> Decision {
         Decision {

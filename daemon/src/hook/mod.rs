@@ -1,4 +1,5 @@
-//! `dstream hook <agent>`: the command an agent's hook runs on every event.
+//! The hook: the command an agent's hook runs on every event, as `dstream hook <agent>` or as
+//! the lean binary `dstream-hook <agent>` (the same code; [`lean`] is its `main`).
 //!
 //! It reads one hook event (JSON) from stdin, hands it to the daemon with `ingest`, and prints
 //! the daemon's verdict in the agent's own reply format. It runs on every tool call, so it is a
@@ -10,7 +11,7 @@
 //!   for the whole exchange. When one passes, the hook answers without the daemon and exits;
 //!   the worker is simply dropped with the process.
 //! - Without a daemon (no socket, or nobody listening) it starts one (see
-//!   `dstream_daemon::autostart`, at most `DSTREAM_AUTOSTART_WAIT_MS`, 2 s by default) and
+//!   [`crate::autostart`], at most `DSTREAM_AUTOSTART_WAIT_MS`, 2 s by default) and
 //!   sends the event to it; if autostart is off or the start fails, it writes the event to the
 //!   spool in the data directory, durably, for the daemon to take in when it runs ([`fallback`]).
 //!   Either way the session stays complete in dstream. The agent's call is then let through
@@ -25,8 +26,12 @@
 //! start one or spool), [`outcome`] (what the worker
 //! reports), [`verdict`] (what the outcome means for the call) and [`claude_code`] (the reply
 //! printed for Claude Code).
+//!
+//! Only what these use is linked into `dstream-hook`: no clap, no async runtime, no tracing,
+//! none of the daemon. That is the point of the lean binary: a hook is a process per event,
+//! and a smaller image starts faster (fewer pages to map, fewer relocations to apply).
 
-mod args;
+pub mod args;
 mod claude_code;
 mod conn;
 mod deadline;
@@ -34,6 +39,7 @@ mod exchange;
 mod fallback;
 mod fit;
 mod input;
+pub mod lean;
 mod outcome;
 mod verdict;
 
@@ -41,13 +47,18 @@ use std::io::{self, Write};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use outcome::Failure;
+use crate::hook::outcome::Failure;
 
-pub use args::HookArgs;
+pub use args::{Agent, Options, Program};
 
-pub fn run(args: HookArgs) -> ExitCode {
+/// The lean hook binary's name (beside `dstream`, `install` points hooks at it).
+pub const LEAN_BIN: &str = "dstream-hook";
+
+/// Runs the hook: reads the event, asks the daemon (or starts one, or spools), prints the
+/// answer. Always exits 0.
+pub fn run(options: Options) -> ExitCode {
     let started = Instant::now();
-    let (settings, note) = args::Settings::new(args);
+    let (settings, note) = args::Settings::new(options);
     if let (Some(note), true) = (&note, settings.debug) {
         eprintln!("dstream hook: {note}");
     }
@@ -56,6 +67,7 @@ pub fn run(args: HookArgs) -> ExitCode {
         settings.socket.clone(),
         settings.timeout,
         settings.fail_closed,
+        settings.program,
     );
     let (answer, verdict) = claude_code::answer(kind.as_deref(), &outcome, settings.fail_closed);
     if let Some(answer) = &answer {

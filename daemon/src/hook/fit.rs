@@ -19,7 +19,7 @@ fn escaped_len(s: &str) -> usize {
 /// string ends with a note of how much was cut. An event that still does not fit (say, a
 /// million small strings) is replaced by a summary that keeps its identifying fields. Returns
 /// whether anything changed.
-pub(super) fn fit(event: &mut Value, budget: usize) -> bool {
+pub(crate) fn fit(event: &mut Value, budget: usize) -> bool {
     let Ok(mut size) = serde_json::to_vec(event).map(|v| v.len()) else {
         return false;
     };

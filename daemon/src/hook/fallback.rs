@@ -8,29 +8,44 @@
 
 use std::path::{Path, PathBuf};
 
-use dstream_daemon::autostart::{self, Launch, Started};
-use dstream_daemon::config::{Config, DaemonFlags};
-use dstream_daemon::spool::SpoolRecord;
-use dstream_daemon::spool::write::{SpoolError, SpoolWriter};
+use crate::autostart::{self, Launch, Started};
+use crate::config::{Config, DaemonFlags};
+use crate::spool::SpoolRecord;
+use crate::spool::write::{SpoolError, SpoolWriter};
 use dstream_sdk::protocol::DEFAULT_MAX_FRAME_BYTES;
 
-use super::fit::fit;
-use super::input::Input;
+use crate::hook::args::Program;
+use crate::hook::fit::fit;
+use crate::hook::input::Input;
 
 /// Room in a frame for the JSON-RPC envelope (as when sending), so a spooled event fits one.
 const ENVELOPE_ROOM: usize = 4096;
 
-pub(super) struct Fallback {
+/// The `dstream` that starts a daemon: this program for `dstream hook`; for the lean
+/// `dstream-hook`, the `dstream` beside it (installed together; without one there, the start
+/// fails and the event is spooled, and `dstream doctor` says so).
+fn daemon_exe(program: Program) -> PathBuf {
+    let exe = std::env::current_exe();
+    match (program, exe) {
+        (Program::Dstream, Ok(exe)) => exe,
+        (Program::Lean, Ok(exe)) => {
+            exe.with_file_name(format!("dstream{}", std::env::consts::EXE_SUFFIX))
+        }
+        (_, Err(_)) => PathBuf::from("dstream"),
+    }
+}
+
+pub(crate) struct Fallback {
     launch: Launch,
     autostart: bool,
     spool: SpoolWriter,
     /// A problem with the config file, said on stderr (the defaults were used).
-    pub(super) note: Option<String>,
+    pub(crate) note: Option<String>,
 }
 
 impl Fallback {
     /// Resolves the config as `dstream daemon` would, with the hook's socket.
-    pub(super) fn resolve(socket: &Path) -> Fallback {
+    pub(crate) fn resolve(socket: &Path, program: Program) -> Fallback {
         let flags = DaemonFlags {
             socket: Some(socket.to_path_buf()),
             ..DaemonFlags::default()
@@ -46,7 +61,7 @@ impl Fallback {
         let data_dir = config.data_dir();
         Fallback {
             launch: Launch {
-                exe: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("dstream")),
+                exe: daemon_exe(program),
                 config: config.file.clone(),
                 socket: socket.to_path_buf(),
                 data_dir: data_dir.clone(),
@@ -57,18 +72,18 @@ impl Fallback {
         }
     }
 
-    pub(super) fn autostart(&self) -> bool {
+    pub(crate) fn autostart(&self) -> bool {
         self.autostart
     }
 
     /// Starts a daemon, waiting at most the autostart bound for it to answer.
-    pub(super) fn start(&self) -> Result<Started, String> {
+    pub(crate) fn start(&self) -> Result<Started, String> {
         autostart::ensure_running(&self.launch, autostart::wait_bound()).map_err(|e| e.to_string())
     }
 
     /// Writes the event to the spool, durably. `answered` is what the hook told the agent
     /// when it decided the call itself (`deny` when failing closed).
-    pub(super) fn spool(
+    pub(crate) fn spool(
         &self,
         source: &str,
         input: &mut Input,
@@ -76,7 +91,7 @@ impl Fallback {
     ) -> Result<PathBuf, SpoolError> {
         fit(&mut input.event, DEFAULT_MAX_FRAME_BYTES - ENVELOPE_ROOM);
         let record = SpoolRecord {
-            v: dstream_daemon::spool::RECORD_VERSION,
+            v: crate::spool::RECORD_VERSION,
             received_ms: input.received_ms,
             source: source.to_string(),
             session_id: input

@@ -7,7 +7,7 @@ use dstream_sdk::protocol::RpcError;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::outcome::Failure;
+use crate::hook::outcome::Failure;
 
 /// The longest reply line the hook accepts from the daemon.
 const MAX_REPLY_BYTES: u64 = 64 << 20;
@@ -84,14 +84,14 @@ fn connect(_path: &std::path::Path) -> io::Result<Stream> {
 }
 
 /// One connection to the daemon, used for one request at a time.
-pub(super) struct Conn {
+pub(crate) struct Conn {
     reader: BufReader<Stream>,
     writer: Stream,
     next_id: u64,
 }
 
 impl Conn {
-    pub(super) fn open(socket: &std::path::Path) -> Result<Conn, Failure> {
+    pub(crate) fn open(socket: &std::path::Path) -> Result<Conn, Failure> {
         let stream = connect(socket).map_err(|e| match e.kind() {
             io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => Failure::NotRunning(e),
             _ => Failure::Io(e),
@@ -104,7 +104,7 @@ impl Conn {
     }
 
     /// Sends a request and waits for its response. The deadline is the main thread's.
-    pub(super) fn call(
+    pub(crate) fn call(
         &mut self,
         method: &str,
         params: &impl Serialize,
