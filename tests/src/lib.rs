@@ -1035,6 +1035,25 @@ impl std::fmt::Display for ReadError {
 }
 
 impl Client {
+    /// The first pending checkpoint of `session`, once it shows (its hook is on its way).
+    pub fn pending_in(&mut self, session: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let list = self.ok(
+                "checkpoint.list",
+                json!({"state": "pending", "session_id": session}),
+            );
+            if let Some(first) = list["checkpoints"].as_array().and_then(|a| a.first()) {
+                return first.clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no pending checkpoint in {session}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn connect(socket: &Path) -> Client {
         Client::connect_timeout(socket, CALL_TIMEOUT)
             .unwrap_or_else(|e| panic!("connect to {}: {e}", socket.display()))

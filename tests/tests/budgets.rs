@@ -77,24 +77,6 @@ fn permission(answer: &Value) -> (String, String) {
     (s("permissionDecision"), s("permissionDecisionReason"))
 }
 
-fn pending_in(c: &mut Client, session: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let list = c.ok(
-            "checkpoint.list",
-            json!({"state": "pending", "session_id": session}),
-        );
-        if let Some(first) = list["checkpoints"].as_array().and_then(|a| a.first()) {
-            return first.clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no pending checkpoint in {session}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn crossed_budgets_refuse_or_hold_the_tool_calls_in_their_scope() {
     let mut d = Daemon::start_with(CONFIG);
@@ -121,7 +103,7 @@ fn crossed_budgets_refuse_or_hold_the_tool_calls_in_their_scope() {
     spend(&mut c, "b", 0.4);
     wait_crossings(&mut c, "b", &["daily", "ping"]);
     let hook = spawn_hook(&d.socket(), &claude_pre_tool_use("b", "toolu_b2", "ls -la"));
-    let cp = pending_in(&mut c, "b");
+    let cp = c.pending_in("b");
     let summary = cp["summary"].as_str().unwrap();
     assert!(
         summary.contains("Bash: ls -la") && summary.contains("\"daily\" crossed"),

@@ -49,25 +49,6 @@ fn serde_json_line(text: &str) -> Option<Value> {
     dstream_tests::serde_json::from_str(text.trim()).ok()
 }
 
-/// The pending checkpoint of `session`, once it shows (the hook is on its way).
-fn pending_in(c: &mut Client, session: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let list = c.ok(
-            "checkpoint.list",
-            json!({"state": "pending", "session_id": session}),
-        );
-        if let Some(first) = list["checkpoints"].as_array().and_then(|a| a.first()) {
-            return first.clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no pending checkpoint in {session}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// The dstream CLI as a person runs it: from another terminal, not from under the agent (this
 /// test runs hooks, so the daemon knows it as an agent and refuses its children's decisions).
 fn dstream(d: &Daemon, args: &[&str]) -> Output {
@@ -154,7 +135,7 @@ fn a_held_tool_call_waits_for_approve_reject_or_an_edit() {
 
     // Approve with a note and an edited command, from the CLI.
     let hook = spawn_hook(&d.socket(), &pre_tool_use("s-edit", "toolu_e", "ls"));
-    let cp = pending_in(&mut c, "s-edit");
+    let cp = c.pending_in("s-edit");
     assert_eq!(cp["summary"], "Bash: ls");
     assert_eq!(cp["tool"], "Bash");
     assert_eq!(cp["input"]["command"], "ls");
@@ -189,7 +170,7 @@ fn a_held_tool_call_waits_for_approve_reject_or_an_edit() {
         &d.socket(),
         &pre_tool_use("s-rej", "toolu_r", "make deploy"),
     );
-    let cp = pending_in(&mut c, "s-rej");
+    let cp = c.pending_in("s-rej");
     let out = dstream(
         &d,
         &["reject", cp["id"].as_str().unwrap(), "--note", "not today"],
@@ -246,7 +227,7 @@ fn checkpoints_in_many_sessions_are_decided_independently() {
         .collect();
     let ids: Vec<String> = hooks
         .iter()
-        .map(|(s, _)| pending_in(&mut c, s)["id"].as_str().unwrap().to_string())
+        .map(|(s, _)| c.pending_in(s)["id"].as_str().unwrap().to_string())
         .collect();
     let all = c.ok("checkpoint.list", json!({"state": "pending"}));
     assert_eq!(all["checkpoints"].as_array().unwrap().len(), 6);
@@ -346,7 +327,7 @@ fn a_retried_hook_gets_the_same_checkpoint() {
     let mut c = d.client();
     let event = pre_tool_use("retry", "toolu_same", "echo once");
     let mut first = spawn_hook(&d.socket(), &event);
-    let cp = pending_in(&mut c, "retry");
+    let cp = c.pending_in("retry");
     let mut second = spawn_hook(&d.socket(), &event);
     // Both hooks wait on one checkpoint: the second call is answered with the same pending
     // checkpoint (its record says so), and neither hook has exited; one decision answers both.
@@ -451,10 +432,7 @@ fn a_waiting_hook_survives_a_daemon_killed_and_restarted() {
     let mut hook = spawn_hook(&d.socket(), &pre_tool_use("crash", "toolu_k", "make test"));
     let id = {
         let mut c = d.client();
-        pending_in(&mut c, "crash")["id"]
-            .as_str()
-            .unwrap()
-            .to_string()
+        c.pending_in("crash")["id"].as_str().unwrap().to_string()
     };
     d.kill9();
     // The hook keeps waiting for the same checkpoint while the daemon is gone: it has let go
@@ -554,7 +532,7 @@ fn always_allow_covers_the_session_but_never_a_deny_rule() {
     let d = Daemon::start_with(POLICY);
     let mut c = d.client();
     let hook = spawn_hook(&d.socket(), &pre_tool_use("grant", "toolu_1", "ls"));
-    let cp = pending_in(&mut c, "grant");
+    let cp = c.pending_in("grant");
     let options: Vec<&str> = cp["options"]
         .as_array()
         .unwrap()
@@ -596,7 +574,7 @@ fn always_allow_covers_the_session_but_never_a_deny_rule() {
     assert_eq!(permission(&out).0, "deny");
     // Another session still asks.
     let other = spawn_hook(&d.socket(), &pre_tool_use("grant-other", "toolu_1", "ls"));
-    let cp2 = pending_in(&mut c, "grant-other");
+    let cp2 = c.pending_in("grant-other");
     c.ok(
         "checkpoint.resolve",
         json!({"id": cp2["id"], "decision": "reject"}),
@@ -625,7 +603,7 @@ fn a_permission_prompt_after_a_decided_call_gets_the_same_answer() {
     let d = Daemon::start_with(POLICY);
     let mut c = d.client();
     let hook = spawn_hook(&d.socket(), &pre_tool_use("perm", "toolu_p", "ls /"));
-    let cp = pending_in(&mut c, "perm");
+    let cp = c.pending_in("perm");
     c.ok(
         "checkpoint.resolve",
         json!({"id": cp["id"], "decision": "approve"}),
@@ -724,7 +702,7 @@ fn the_opencode_plugin_waits_for_the_decision_and_applies_it() {
 
     // Approved with an edited command: the arguments OpenCode runs are the edited ones.
     oc.before("ses_oc", "call_1", "ls");
-    let cp = pending_in(&mut c, "ses_oc");
+    let cp = c.pending_in("ses_oc");
     assert_eq!(cp["tool"], "bash");
     assert_eq!(cp["key"], "call_1");
     c.ok(
@@ -737,7 +715,7 @@ fn the_opencode_plugin_waits_for_the_decision_and_applies_it() {
 
     // Rejected: the plugin throws with the note, and OpenCode refuses the tool.
     oc.before("ses_oc", "call_2", "make deploy");
-    let cp = pending_in(&mut c, "ses_oc");
+    let cp = c.pending_in("ses_oc");
     c.ok(
         "checkpoint.resolve",
         json!({"id": cp["id"], "decision": "reject", "note": "not from here"}),
@@ -751,7 +729,7 @@ fn the_opencode_plugin_waits_for_the_decision_and_applies_it() {
 
     // The daemon is killed while the plugin waits; once it is back, the same wait is answered.
     oc.before("ses_oc", "call_3", "cargo test");
-    let id = pending_in(&mut c, "ses_oc")["id"].clone();
+    let id = c.pending_in("ses_oc")["id"].clone();
     drop(c);
     d.kill9();
     d.restart();

@@ -148,7 +148,7 @@ fn no_secret_reaches_the_disk_however_it_is_sent() {
         &d.socket(),
         &dstream_tests::claude_pre_tool_use("cp", "toolu_cp", &everything),
     );
-    let cp = pending_in(&mut c, "cp");
+    let cp = c.pending_in("cp");
     assert!(
         !cp.to_string().contains(&probes[0]),
         "checkpoint.list shows it redacted"
@@ -302,25 +302,6 @@ fn the_redact_section_sets_the_replacement_and_extra_patterns() {
     let events = c.read_all("cfg");
     assert_eq!(events[0]["payload"]["text"], "id <gone>, key\n<gone>");
     assert_eq!(events[0]["metadata"]["redactions"], 2);
-}
-
-/// The pending checkpoint of `session`, once it shows (the hook is on its way).
-fn pending_in(c: &mut Client, session: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let list = c.ok(
-            "checkpoint.list",
-            json!({"state": "pending", "session_id": session}),
-        );
-        if let Some(first) = list["checkpoints"].as_array().and_then(|a| a.first()) {
-            return first.clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no pending checkpoint in {session}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn dstream(d: &Daemon, args: &[&str]) -> std::process::Output {

@@ -6,8 +6,6 @@
 //! `web.rs`.)
 #![cfg(unix)]
 
-use std::time::{Duration, Instant};
-
 use dstream_tests::relay::{HttpReply, http};
 use dstream_tests::{Daemon, claude_pre_tool_use, run_detached, spawn_hook};
 use serde_json::{Value, json};
@@ -88,22 +86,6 @@ impl Web {
             body.to_string().as_bytes(),
         )
         .unwrap()
-    }
-}
-
-fn wait_pending(d: &Daemon) -> String {
-    let mut c = d.client();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let pending = c.ok("checkpoint.list", json!({"state": "pending"}));
-        if let Some(id) = pending["checkpoints"][0]["id"].as_str() {
-            return id.to_string();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the call never showed as pending"
-        );
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -248,7 +230,10 @@ fn a_decision_from_the_page_goes_the_same_way_and_is_recorded_as_web() {
         &d.socket(),
         &claude_pre_tool_use("web-1", "toolu_web", "git push --force"),
     );
-    let id = wait_pending(&d);
+    let id = d.client().pending_in("web-1")["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let listed = web.json("/api/checkpoints?state=pending");
     assert_eq!(listed["checkpoints"][0]["id"], id.as_str(), "{listed}");
 

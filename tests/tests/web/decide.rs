@@ -74,11 +74,7 @@ fn rejecting_editing_the_input_and_picking_an_option_on_the_page() {
     b.type_into(&area, "{\"command\": ");
     b.click(&b.wait_for(&format!("{card} button[data-act=\"approve-edited\"]")));
     wait_text(&b, "not valid JSON");
-    assert_eq!(
-        pending_in(&mut c, "s-edit")["id"],
-        id.as_str(),
-        "still pending"
-    );
+    assert_eq!(c.pending_in("s-edit")["id"], id.as_str(), "still pending");
     b.screenshot("pending-invalid-edit");
     b.clear(&area);
     b.type_into(

@@ -62,25 +62,6 @@ fn wait_text(b: &Browser, needle: &str) {
     });
 }
 
-/// The pending checkpoint of `session`, once it shows (its hook is on its way).
-fn pending_in(c: &mut Client, session: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let list = c.ok(
-            "checkpoint.list",
-            json!({"state": "pending", "session_id": session}),
-        );
-        if let Some(first) = list["checkpoints"].as_array().and_then(|a| a.first()) {
-            return first.clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no pending checkpoint in {session}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// What a hook printed once it exited.
 fn hook_output(mut child: Child) -> Value {
     let status = wait_child(&mut child, Duration::from_secs(30)).unwrap_or_else(|| {
@@ -124,7 +105,7 @@ fn held(d: &Daemon, c: &mut Client, session: &str, command: &str) -> (Child, Val
         &d.socket(),
         &claude_pre_tool_use(session, &format!("toolu_{session}"), command),
     );
-    let cp = pending_in(c, session);
+    let cp = c.pending_in(session);
     (hook, cp)
 }
 
