@@ -122,8 +122,9 @@ impl Hub {
         }
     }
 
-    /// Events held now (for tests and `stats`).
-    pub fn held(&self) -> (usize, usize) {
+    /// Events held now, and their bytes.
+    #[cfg(test)]
+    fn held(&self) -> (usize, usize) {
         let ring = self.ring.lock().unwrap();
         (ring.events.len(), ring.bytes)
     }

@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 use std::io::{BufRead, Write};
 use std::pin::Pin;
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::{anyhow, bail};
 use clap::Args;
@@ -454,19 +454,9 @@ pub struct QueryArgs {
 
 /// Parses `1763719200123`, `2026-11-21T10:00:00Z` or an age such as `15m` into epoch ms.
 pub(super) fn parse_time(s: &str) -> anyhow::Result<u64> {
-    if let Ok(ms) = s.parse::<u64>() {
-        return Ok(ms);
-    }
-    if let Ok(t) = humantime::parse_rfc3339_weak(s) {
-        return Ok(t.duration_since(UNIX_EPOCH)?.as_millis() as u64);
-    }
-    let age: Duration = humantime::parse_duration(s)
-        .map_err(|_| anyhow!("{s:?} is not a time (RFC 3339, epoch ms) or an age like 10m"))?;
-    Ok(SystemTime::now()
-        .checked_sub(age)
-        .unwrap_or(UNIX_EPOCH)
-        .duration_since(UNIX_EPOCH)?
-        .as_millis() as u64)
+    dstream_daemon::util::time::parse_time(s)
+        .map(|(ms, _)| ms)
+        .map_err(|e| anyhow!(e))
 }
 
 pub fn query(args: QueryArgs) -> anyhow::Result<ExitCode> {

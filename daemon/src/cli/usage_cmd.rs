@@ -7,7 +7,6 @@ use clap::Args;
 use dstream_sdk::protocol::{BudgetStatus, UsageParams, UsageRow};
 
 use super::client::{ClientOpts, connect, print_json, runtime};
-use super::client_cmds::parse_time;
 
 #[derive(Args)]
 pub struct UsageArgs {
@@ -88,13 +87,10 @@ pub fn run(args: UsageArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// A time as `parse_time` reads it; an age (`7d`) starts at the top of its hour, so that the
-/// daemon can answer from its hourly sums (an exact time is kept exact).
+/// A time as `dstream query --since` reads it; an age (`7d`) starts at the top of its hour (see
+/// `parse_usage_since`).
 fn hour_of_age(s: &str) -> anyhow::Result<u64> {
-    const HOUR_MS: u64 = 3_600_000;
-    let ms = parse_time(s)?;
-    let is_age = s.parse::<u64>().is_err() && humantime::parse_rfc3339_weak(s).is_err();
-    Ok(if is_age { ms / HOUR_MS * HOUR_MS } else { ms })
+    dstream_daemon::util::time::parse_usage_since(s).map_err(|e| anyhow::anyhow!(e))
 }
 
 /// One budget in words: `budget "daily" (day 2026-11-25, ask): $4.10 of $5.00`, and what

@@ -92,24 +92,12 @@ impl SessionFacts {
         sessions.sort_by_key(|s| std::cmp::Reverse(s.meta().last_ts));
         sessions.truncate(limit);
         let costs = self.costs(state).await;
+        let relay = relay_states(state, &sessions).await;
         let mut rows = Vec::with_capacity(sessions.len());
-        for s in sessions {
+        for (s, relay) in sessions.into_iter().zip(relay) {
             let facts = self.facts_of(state, &s).await;
             let meta = s.meta();
             let stream = meta.stream_id.clone().filter(|st| *st != s.id);
-            let relay = {
-                let (relay, s) = (state.relay.clone(), s.clone());
-                let enabled = relay.config().enabled();
-                let behind = tokio::task::spawn_blocking(move || relay.unrelayed(&s))
-                    .await
-                    .ok()
-                    .flatten();
-                match (enabled, behind) {
-                    (false, _) => None,
-                    (true, Some(_)) => Some("behind"),
-                    (true, None) => Some("relayed"),
-                }
-            };
             rows.push(Row {
                 cost_usd: costs
                     .get(stream.as_deref().unwrap_or(&s.id))
@@ -183,6 +171,27 @@ impl SessionFacts {
             .insert(s.id.clone(), facts.clone());
         facts
     }
+}
+
+/// Each session's relay state (`behind` or `relayed`; none while the relay is off), read from
+/// the ledgers in one blocking task.
+async fn relay_states(state: &DaemonState, sessions: &[Arc<Session>]) -> Vec<Option<&'static str>> {
+    if !state.relay.config().enabled() {
+        return vec![None; sessions.len()];
+    }
+    let (relay, sessions) = (state.relay.clone(), sessions.to_vec());
+    let n = sessions.len();
+    tokio::task::spawn_blocking(move || {
+        sessions
+            .iter()
+            .map(|s| match relay.unrelayed(s) {
+                Some(_) => Some("behind"),
+                None => Some("relayed"),
+            })
+            .collect()
+    })
+    .await
+    .unwrap_or_else(|_| vec![Some("relayed"); n])
 }
 
 /// The agent that sent an event: its mapping's source, else its actor.

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::usage::{Envelope, cost_micros, day, iso_week, micros};
 
-pub const HOUR_MS: u64 = 3_600_000;
+pub const HOUR_MS: u64 = crate::util::time::HOUR_MS;
 
 pub const SCHEMA: &str = "
     CREATE TABLE usage_hours(session TEXT NOT NULL, lineage TEXT NOT NULL, hour INTEGER NOT NULL,

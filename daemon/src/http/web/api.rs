@@ -182,27 +182,19 @@ pub async fn decide(
 #[serde(deny_unknown_fields)]
 pub struct UsageQuery {
     by: Option<String>,
-    /// An age (`30d`, `12h`) or a time in ms since the epoch.
+    /// An age (`30d`, `12h`), an RFC 3339 time or a time in ms since the epoch.
     since: Option<String>,
     until: Option<u64>,
     session: Option<String>,
 }
 
-/// An age before now or a time in ms; ages start at the top of their hour, as `dstream
-/// usage` rounds them (so the index can answer).
-fn since_ms(text: &str) -> Result<u64, String> {
-    if let Ok(ms) = text.parse::<u64>() {
-        return Ok(ms);
-    }
-    let age = humantime::parse_duration(text)
-        .map_err(|e| format!("since: {text:?} is neither an age (30d) nor ms: {e}"))?;
-    const HOUR: u64 = 3_600_000;
-    let at = crate::util::time::now_ms().saturating_sub(age.as_millis() as u64);
-    Ok(at - at % HOUR)
-}
-
 pub async fn usage(State(app): State<Arc<App>>, Query(q): Query<UsageQuery>) -> Response {
-    let since: Option<u64> = match q.since.as_deref().map(since_ms).transpose() {
+    let since = match q
+        .since
+        .as_deref()
+        .map(crate::util::time::parse_usage_since)
+        .transpose()
+    {
         Ok(s) => s,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.as_str()),
     };

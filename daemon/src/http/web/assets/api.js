@@ -96,24 +96,28 @@ export class Follower {
     this.onEvents(fresh);
   }
 
+  // Catch-up reads from the offset until the end: 'current', 'closed' or 'stopped'.
+  async catchUp() {
+    for (;;) {
+      const r = await fetch(`${streamUrl(this.id)}?offset=${this.offset}`, {
+        credentials: 'same-origin',
+        cache: 'no-store',
+      });
+      const { body, headers } = await reply(r);
+      if (this.stopped) return 'stopped';
+      this.deliver(Array.isArray(body) ? body : []);
+      this.offset = headers.get('Stream-Next-Offset') || this.offset;
+      if (headers.get('Stream-Closed') === 'true') return 'closed';
+      if (headers.get('Stream-Up-To-Date') === 'true') return 'current';
+    }
+  }
+
   async start() {
     this.missing = false;
     try {
-      for (;;) {
-        const r = await fetch(`${streamUrl(this.id)}?offset=${this.offset}`, {
-          credentials: 'same-origin',
-          cache: 'no-store',
-        });
-        const { body, headers } = await reply(r);
-        if (this.stopped) return;
-        this.deliver(Array.isArray(body) ? body : []);
-        this.offset = headers.get('Stream-Next-Offset') || this.offset;
-        if (headers.get('Stream-Closed') === 'true') {
-          this.onState('closed');
-          return;
-        }
-        if (headers.get('Stream-Up-To-Date') === 'true') break;
-      }
+      const end = await this.catchUp();
+      if (end === 'closed') this.onState('closed');
+      if (end !== 'current') return;
       this.live();
     } catch (e) {
       if (e instanceof AuthError) return;
@@ -201,18 +205,7 @@ export class Follower {
 export class Poller extends Follower {
   async start() {
     try {
-      for (;;) {
-        const r = await fetch(`${streamUrl(this.id)}?offset=${this.offset}`, {
-          credentials: 'same-origin',
-          cache: 'no-store',
-        });
-        const { body, headers } = await reply(r);
-        if (this.stopped) return;
-        this.deliver(Array.isArray(body) ? body : []);
-        this.offset = headers.get('Stream-Next-Offset') || this.offset;
-        if (headers.get('Stream-Closed') === 'true') return;
-        if (headers.get('Stream-Up-To-Date') === 'true') break;
-      }
+      if ((await this.catchUp()) !== 'current') return;
     } catch (e) {
       if (e instanceof AuthError) return;
     }
