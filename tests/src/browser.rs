@@ -8,7 +8,7 @@
 //! (Chromium quits) and kills chromedriver's process group, so nothing outlives a test. Chromium and chromedriver missing is a failure with the fix in the message (CI
 //! installs the Debian packages `chromium` and `chromium-driver`), never a skip.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -493,16 +493,7 @@ fn http(
 ) -> std::io::Result<(u16, Vec<u8>)> {
     let mut s = TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(120)))?;
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes())?;
-    s.write_all(body)?;
+    crate::relay::write_request(&mut s, addr, method, path, headers, body)?;
     let mut raw = Vec::new();
     let mut buf = [0u8; 64 << 10];
     let (head_end, length) = loop {

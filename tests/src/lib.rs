@@ -210,6 +210,29 @@ pub fn claude_pre_tool_use(session: &str, call: &str, command: &str) -> Value {
     })
 }
 
+/// Runs an installed hook command the way Claude Code runs it (through `sh -c`), as a client
+/// of the daemon at `socket`, with a Bash PreToolUse on stdin; what it printed, parsed (it must
+/// exit 0).
+pub fn run_installed_pre_tool_use(command: &str, socket: &Path) -> Value {
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .envs(client_env(socket))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(br#"{"hook_event_name":"PreToolUse","session_id":"s","tool_name":"Bash","tool_input":{}}"#)
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// Runs `program args` as a person in another terminal would: not as a descendant of this
 /// test process, which the daemon may know as an agent (it ran hooks) and whose children's
 /// checkpoint decisions it refuses. The program is started by a shell that exits at once, so

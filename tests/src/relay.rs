@@ -279,15 +279,15 @@ impl HttpReply {
     }
 }
 
-pub fn http(
+/// Writes one HTTP/1.1 request (`connection: close`, its length given) to `s`.
+pub fn write_request(
+    s: &mut TcpStream,
     addr: &str,
     method: &str,
     path: &str,
     headers: &[(&str, &str)],
     body: &[u8],
-) -> std::io::Result<HttpReply> {
-    let mut s = TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+) -> std::io::Result<()> {
     let mut req = format!(
         "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-length: {}\r\n",
         body.len()
@@ -298,6 +298,19 @@ pub fn http(
     req.push_str("\r\n");
     s.write_all(req.as_bytes())?;
     s.write_all(body)?;
+    Ok(())
+}
+
+pub fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<HttpReply> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    write_request(&mut s, addr, method, path, headers, body)?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw)?;
     let end = find(&raw, b"\r\n\r\n")

@@ -147,23 +147,7 @@ fn install_points_hooks_at_the_lean_binary_beside_dstream_and_uninstall_removes_
 
     // The installed command, run the way Claude Code runs it (through a shell), is the lean
     // hook: with no daemon and --fail-closed kept, it denies.
-    let mut child = Command::new("sh")
-        .arg("-c")
-        .arg(&pre)
-        .envs(dstream_tests::client_env(tools.path().join("none.sock")))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(br#"{"hook_event_name":"PreToolUse","session_id":"s","tool_name":"Bash","tool_input":{}}"#)
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let answer = dstream_tests::run_installed_pre_tool_use(&pre, &tools.path().join("none.sock"));
     assert_eq!(answer["hookSpecificOutput"]["permissionDecision"], "deny");
 
     // Without the lean binary beside it, install points the hooks back at `dstream hook`; with

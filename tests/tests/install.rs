@@ -3,7 +3,6 @@
 #![cfg(unix)]
 
 use std::fs;
-use std::io::Write;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -484,23 +483,7 @@ fn a_moved_binary_is_repointed_and_the_installed_command_runs_under_sh() {
 
     // The command, run the way Claude Code runs it (through a shell), reaches the copy: with
     // no daemon and --fail-closed kept, it denies.
-    let mut child = Command::new("sh")
-        .arg("-c")
-        .arg(&cmds[0])
-        .envs(dstream_tests::client_env(odd.path().join("none.sock")))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(br#"{"hook_event_name":"PreToolUse","session_id":"s","tool_name":"Bash","tool_input":{}}"#)
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let answer = dstream_tests::run_installed_pre_tool_use(&cmds[0], &odd.path().join("none.sock"));
     assert_eq!(answer["hookSpecificOutput"]["permissionDecision"], "deny");
 
     // Uninstall recognises the entry whichever dstream wrote it.

@@ -875,16 +875,19 @@ impl Bench<'_> {
         let (mut hook, mut lean_hook, mut dynamic_hook, mut c) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..runs {
-            if let Some(dynamic) = &dynamic {
-                dynamic_hook.extend(agents::time_runs(
-                    || {
-                        let mut cmd = Command::new(dynamic);
-                        cmd.arg("claude-code").env("DSTREAM_SOCKET", &socket);
-                        cmd
-                    },
-                    &event,
-                    1,
-                )?);
+            // The lean hook as linked both ways, then the full binary, then C: interleaved.
+            for (lean_bin, lat) in [(&dynamic, &mut dynamic_hook), (&lean, &mut lean_hook)] {
+                if let Some(lean_bin) = lean_bin {
+                    lat.extend(agents::time_runs(
+                        || {
+                            let mut cmd = Command::new(lean_bin);
+                            cmd.arg("claude-code").env("DSTREAM_SOCKET", &socket);
+                            cmd
+                        },
+                        &event,
+                        1,
+                    )?);
+                }
             }
             hook.extend(agents::time_runs(
                 || {
@@ -896,17 +899,6 @@ impl Bench<'_> {
                 &event,
                 1,
             )?);
-            if let Some(lean) = &lean {
-                lean_hook.extend(agents::time_runs(
-                    || {
-                        let mut cmd = Command::new(lean);
-                        cmd.arg("claude-code").env("DSTREAM_SOCKET", &socket);
-                        cmd
-                    },
-                    &event,
-                    1,
-                )?);
-            }
             c.extend(agents::time_runs(
                 || {
                     let mut cmd = Command::new(&oneshot);
