@@ -265,6 +265,12 @@ impl Wal {
         self.file.sync()
     }
 
+    /// The file, for a thread that syncs it while records are written (the epoch's reset
+    /// rewrites it in place, so the handle stays the file's).
+    pub fn file(&self) -> crate::vfs::VfsFileRef {
+        self.file.clone()
+    }
+
     /// Starts a new epoch at the top of the file. Everything written before must already be
     /// durable in the session logs.
     pub fn reset(&mut self) -> io::Result<()> {

@@ -1,30 +1,28 @@
 //! Committing one batch: grouped by session, each group written to its log, the whole batch
 //! written to the write-ahead log as one write (with any lease renewals) and synced when it
-//! must be; then each session's index, metadata and committed LSN updated, the live feed
-//! told, and every append acknowledged. A failed WAL write takes the groups back out.
+//! must be (or handed to the sync thread, [`super::syncer`]); the commit thread's view of each
+//! log moved past it; once synced, each session's metadata and committed LSN updated, the live
+//! feed told, and every append acknowledged ([`super::durable`]). A failed WAL write takes the
+//! groups back out.
 
 use std::collections::HashMap;
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
-use bytes::Bytes;
-
+use super::durable::publish;
 use super::messages::{Append, fail_all};
 use super::thread::Committer;
 use super::write::{Group, Written};
 use crate::config::FsyncPolicy;
-use crate::hub::Committed;
 use crate::store::error::StoreError;
-use crate::store::index::IndexEntry;
 use crate::store::record;
-use crate::store::session::{EventJson, Session};
-use crate::store::types::AppendAck;
+use crate::store::session::Session;
 use crate::store::wal::Wal;
-use crate::store::writer_state::WriterState;
 
 impl Committer {
     pub(super) fn commit(&mut self, batch: Vec<Append>) {
+        self.take_sync_failure();
         if let Some(reason) = &self.failed {
             let err = StoreError::Failed {
                 reason: reason.clone(),
@@ -103,9 +101,11 @@ impl Committer {
         } else if wal_buf.len() > self.wal.room() {
             Err(io::Error::other("batch larger than the write-ahead log"))
         } else {
+            // With a sync thread, the sync comes after this batch is handed over.
+            let sync_here = must_sync && self.syncer.is_none();
             self.wal
                 .write(&wal_buf)
-                .and_then(|()| if must_sync { self.wal.sync() } else { Ok(()) })
+                .and_then(|()| if sync_here { self.wal.sync() } else { Ok(()) })
         };
         if let Err(e) = outcome {
             tracing::error!(error = %e, "writing the write-ahead log failed; the batch is refused");
@@ -116,6 +116,14 @@ impl Committer {
                 self.cut_back(&w);
                 fail_all(w.acks, StoreError::io("writing the write-ahead log", &e));
             }
+            return;
+        }
+        // The next batch is written after this one, whether or not this one is synced yet.
+        for w in &written {
+            self.advance(w);
+        }
+        if let Some(syncer) = &self.syncer {
+            syncer.submit(written);
             return;
         }
         for (session, (upto, step)) in leases {
@@ -131,86 +139,13 @@ impl Committer {
         } else {
             self.unsynced = true;
         }
-        for w in &written {
-            let last = w.lines.last().map_or(0, |l| l.0);
-            if must_sync {
-                w.session.set_durable(last);
-            } else {
-                self.awaiting_sync.push((w.session.clone(), last));
-            }
-        }
         for w in written {
-            self.finish(w);
-        }
-    }
-
-    /// The batch is durable: index, metadata, committed LSN, live feed, acknowledgements.
-    fn finish(&mut self, w: Written) {
-        let session = &w.session;
-        self.stats.appends.fetch_add(w.lines.len() as u64, Relaxed);
-        self.stats
-            .bytes_written
-            .fetch_add(w.buf.len() as u64, Relaxed);
-        let last_lsn = w.lines.last().map_or(0, |l| l.0);
-        {
-            let mut state = session.writer.lock().unwrap();
-            self.index_lines(session, &mut state, w.old_len, &w.lines);
-            state.len = w.old_len + w.buf.len() as u64;
-            state.next_lsn = last_lsn + 1;
-            let mut meta = session.meta.lock().unwrap();
-            if let Some(root) = w.new_lineage {
-                meta.stream_id = Some(root.clone());
-                meta.first_ts = w.timestamp;
-                state.stream_id = Some(root);
+            if must_sync {
+                w.session.set_durable(w.last_lsn());
+            } else {
+                self.awaiting_sync.push((w.session.clone(), w.last_lsn()));
             }
-            meta.last_ts = w.timestamp;
-            meta.bytes = state.len;
+            publish(w, &self.hub, &self.stats);
         }
-        session.set_committed(last_lsn);
-        if self.hub.has_readers() {
-            // Copied out of the batch buffer so the hub's byte cap counts what it really holds.
-            let name: Arc<str> = session.id.as_str().into();
-            self.hub
-                .publish(w.lines.iter().map(|&(lsn, _, start, body_len)| Committed {
-                    session: name.clone(),
-                    event: EventJson::new(
-                        lsn,
-                        Bytes::copy_from_slice(&w.buf[start..start + body_len]),
-                    ),
-                }));
-        }
-        for ((lsn, id, _, _), ack) in w.lines.into_iter().zip(w.acks) {
-            ack.send(Ok(AppendAck { lsn, id }));
-        }
-    }
-
-    /// Adds sparse index entries for the lines just written (same rule as recovery's rebuild).
-    fn index_lines(
-        &self,
-        session: &Session,
-        state: &mut WriterState,
-        base: u64,
-        lines: &[(u64, String, usize, usize)],
-    ) {
-        let interval = self.settings.index_interval_bytes;
-        let mut added = Vec::new();
-        for &(lsn, _, start, _) in lines {
-            let offset = base + start as u64;
-            if state
-                .last_index_offset
-                .is_none_or(|last| offset >= last + interval)
-            {
-                added.push(IndexEntry { lsn, offset });
-                state.last_index_offset = Some(offset);
-            }
-        }
-        if added.is_empty() {
-            return;
-        }
-        let mut index = session.index.write().unwrap();
-        for e in &added {
-            index.push(*e);
-        }
-        state.unsaved_index.extend(added);
     }
 }

@@ -12,6 +12,8 @@ use crate::vfs::{Open, Vfs};
 impl Committer {
     /// Syncs every log written since the last checkpoint, then starts the WAL over.
     pub(crate) fn checkpoint(&mut self) {
+        // The WAL is about to start over: every batch in it is synced and answered first.
+        self.drain_syncs();
         if self.failed.is_some() {
             return;
         }

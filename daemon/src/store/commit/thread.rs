@@ -10,6 +10,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use super::messages::{Append, CommitMsg, approx_len};
+use super::syncer::Syncer;
 use crate::config::FsyncPolicy;
 use crate::hub::Hub;
 use crate::store::error::StoreError;
@@ -45,6 +46,9 @@ pub(crate) struct Committer {
     pub(super) leased: HashMap<String, Arc<Session>>,
     /// Sessions with acknowledged events the next WAL sync makes durable, and the last LSN.
     pub(super) awaiting_sync: Vec<(Arc<Session>, u64)>,
+    /// The thread that syncs the WAL while the next batch is written (`fsync = "always"` on
+    /// a disk that takes calls from several threads); `None`: syncs are made here.
+    pub(super) syncer: Option<Syncer>,
 }
 
 impl Committer {
@@ -56,7 +60,11 @@ impl Committer {
         sessions_dir: PathBuf,
         hub: Arc<Hub>,
     ) -> Self {
+        let syncer = (settings.fsync == FsyncPolicy::Always && vfs.concurrent())
+            .then(|| Syncer::start(wal.file(), hub.clone(), stats.clone()))
+            .flatten();
         Committer {
+            syncer,
             vfs,
             wal,
             settings,
@@ -130,6 +138,11 @@ impl Committer {
             if !batch.is_empty() {
                 self.commit(std::mem::take(&mut batch));
             }
+            if !flushes.is_empty() || !deletes.is_empty() {
+                // Answered after every append before them is synced (and a delete sees the
+                // session's last LSN committed).
+                self.drain_syncs();
+            }
             if !flushes.is_empty()
                 || (self.unsynced
                     && self.settings.fsync == FsyncPolicy::Interval
@@ -157,6 +170,30 @@ impl Committer {
                 return;
             }
         }
+    }
+
+    /// Waits for the sync thread to answer every batch handed to it, then takes in what a
+    /// failed sync left to do.
+    pub(super) fn drain_syncs(&mut self) {
+        if let Some(syncer) = &self.syncer {
+            syncer.drain();
+        }
+        self.take_sync_failure();
+    }
+
+    /// After a failed pipelined sync: the store fails, and the logs of the batches it refused
+    /// are cut back.
+    pub(super) fn take_sync_failure(&mut self) {
+        let Some(syncer) = &self.syncer else {
+            return;
+        };
+        let Some(reason) = syncer.failure().cloned() else {
+            return;
+        };
+        for (session, old_len) in syncer.take_cut_backs() {
+            self.cut_back_to(&session, old_len);
+        }
+        self.fail(reason);
     }
 
     pub(super) fn sync_wal(&mut self) {

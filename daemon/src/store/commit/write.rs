@@ -10,9 +10,11 @@ use serde_json::value::RawValue;
 use super::messages::{Ack, approx_len, fail_all};
 use super::thread::Committer;
 use crate::store::error::StoreError;
+use crate::store::index::IndexEntry;
 use crate::store::record;
 use crate::store::session::Session;
 use crate::store::types::NewEventRaw;
+use crate::store::writer_state::WriterState;
 use crate::util::time::now_ms;
 
 /// One session's share of a batch.
@@ -153,18 +155,80 @@ impl Committer {
         })
     }
 
+    /// The group is in its log and the WAL: the commit thread's view of the log moves past it
+    /// (length, next LSN, lineage, sparse index), so the next batch goes after it even while
+    /// this one is still being synced.
+    pub(super) fn advance(&self, w: &Written) {
+        let mut state = w.session.writer.lock().unwrap();
+        self.index_lines(&w.session, &mut state, w.old_len, &w.lines);
+        state.len = w.old_len + w.buf.len() as u64;
+        state.next_lsn = w.last_lsn() + 1;
+        if let Some(root) = &w.new_lineage {
+            state.stream_id = Some(root.clone());
+        }
+    }
+
+    /// Adds sparse index entries for the lines just written (same rule as recovery's rebuild).
+    /// An entry may name an LSN not yet committed: readers look up only committed ones.
+    fn index_lines(
+        &self,
+        session: &Session,
+        state: &mut WriterState,
+        base: u64,
+        lines: &[(u64, String, usize, usize)],
+    ) {
+        let interval = self.settings.index_interval_bytes;
+        let mut added = Vec::new();
+        for &(lsn, _, start, _) in lines {
+            let offset = base + start as u64;
+            if state
+                .last_index_offset
+                .is_none_or(|last| offset >= last + interval)
+            {
+                added.push(IndexEntry { lsn, offset });
+                state.last_index_offset = Some(offset);
+            }
+        }
+        if added.is_empty() {
+            return;
+        }
+        let mut index = session.index.write().unwrap();
+        for e in &added {
+            index.push(*e);
+        }
+        state.unsaved_index.extend(added);
+    }
+
     /// Takes a written group back out of its log after the batch failed.
     pub(super) fn cut_back(&self, w: &Written) {
+        self.cut_back_to(&w.session, w.old_len);
+    }
+
+    /// Cuts a log back to `old_len`, never lengthening it: after a failed pipelined sync the
+    /// cuts of several batches arrive in any order, and the shortest must win.
+    pub(super) fn cut_back_to(&self, session: &Session, old_len: u64) {
         // Reopened if need be: a batch holds no descriptors beyond the file cache's, however
         // many sessions it touches.
-        let restored = w
-            .session
-            .log_handle()
-            .and_then(|(file, _)| file.set_len(w.old_len));
-        if let Err(e) = restored {
-            w.session.writer.lock().unwrap().failed = Some(format!(
-                "the log could not be restored after a failed write: {e}"
-            ));
+        let restored = session.log_handle().and_then(|(file, _)| {
+            if file.len()? > old_len {
+                file.set_len(old_len)?;
+            }
+            Ok(())
+        });
+        let mut state = session.writer.lock().unwrap();
+        match restored {
+            Ok(()) => state.len = state.len.min(old_len),
+            Err(e) => {
+                state.failed = Some(format!(
+                    "the log could not be restored after a failed write: {e}"
+                ))
+            }
         }
+    }
+}
+
+impl Written {
+    pub(super) fn last_lsn(&self) -> u64 {
+        self.lines.last().map_or(0, |l| l.0)
     }
 }

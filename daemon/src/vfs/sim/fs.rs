@@ -18,6 +18,9 @@ use crate::vfs::{LockError, Open, Vfs, VfsFile, VfsFileRef, VfsLock};
 #[derive(Debug, Clone)]
 pub struct SimVfs {
     disk: Arc<Mutex<Disk>>,
+    /// Let the store spread work over threads (its pipelined WAL sync): then a seed no longer
+    /// replays exactly, but that code path is what runs on a real disk.
+    threads: bool,
 }
 
 impl Default for SimVfs {
@@ -35,7 +38,14 @@ impl SimVfs {
         disk.nodes.insert(ROOT, Node::Dir(DirNode::default()));
         SimVfs {
             disk: Arc::new(Mutex::new(disk)),
+            threads: false,
         }
+    }
+
+    /// The same disk, taking calls from several threads of the store (see `threads`).
+    pub fn with_threads(mut self) -> SimVfs {
+        self.threads = true;
+        self
     }
 
     /// Loses power at the `n`-th mutating call from now (1 = the next one).
@@ -72,6 +82,7 @@ impl SimVfs {
         (
             SimVfs {
                 disk: Arc::new(Mutex::new(disk)),
+                threads: self.threads,
             },
             report,
         )
@@ -183,7 +194,7 @@ impl VfsFile for SimFile {
 
 impl Vfs for SimVfs {
     fn concurrent(&self) -> bool {
-        false
+        self.threads
     }
 
     /// Per simulated disk, so a seed replays with the same names in any process.
