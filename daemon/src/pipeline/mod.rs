@@ -7,8 +7,9 @@
 //! so that a tool result can name its request as its cause; then the store's one commit
 //! path) → **observe** (plugins' `on_event` read the daemon-wide stream of committed events).
 //!
-//! One thread runs map → append for every ingest, in arrival order, so the events of a
-//! session are stored in the order their hooks fired; plugins run on their own threads
+//! Two threads run every ingest, in arrival order: one maps it while the other filters,
+//! decides and appends the one before, so the events of a session are stored in the order
+//! their hooks fired; plugins run on their own threads
 //! (see [`crate::plugins`]), never on the async workers. The failure policy (ARCHITECTURE.md):
 //! a failing `map` stores the raw event as `unmapped` plus a `plugin.error`; a failing
 //! `process` passes the event on unchanged; a failing `decide` counts as "deny" (what cannot
@@ -20,8 +21,9 @@
 //! - `ingest`: what comes in (an [`Ingest`]) and how its outcome goes back;
 //! - `handle`: the [`Pipeline`] the rest of the daemon holds; `start` starts its thread and
 //!   observer, `settings` + `reload` are what it runs under and how that is replaced;
-//! - `worker`: the pipeline thread, one ingest at a time from a `fair` queue, through
-//!   `map` → `filter` → `verdict` (with `decide`) → `append` (with `joins`);
+//! - `map_stage`: the first thread, one ingest at a time from a `fair` queue, through `map`;
+//! - `worker`: the second, each mapped ingest in turn through `filter` → `verdict` (with
+//!   `decide`) → `append` (with `joins`);
 //! - `draft` + `normalize`: the events on their way, and checking what plugins emit;
 //! - `observe`: the `on_event` plugins' view of the committed stream.
 
@@ -34,6 +36,7 @@ mod handle;
 mod ingest;
 pub mod joins;
 mod map;
+mod map_stage;
 mod normalize;
 mod observe;
 mod reload;

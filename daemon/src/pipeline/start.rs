@@ -1,5 +1,5 @@
-//! Starting the pipeline: loads the plugins, then starts the pipeline thread (the worker) and
-//! the `on_event` observer. Apart from the handle so that the worker and the observer, which
+//! Starting the pipeline: loads the plugins, then starts its two threads (the map stage and
+//! the worker) and the `on_event` observer. Apart from the handle so that the worker and the observer, which
 //! hold the handle weakly, do not import the file that starts them.
 
 use std::sync::atomic::AtomicU64;
@@ -9,6 +9,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::handle::Pipeline;
 use super::joins::JoinMemory;
+use super::map_stage::{HANDED_OVER, MapStage};
 use super::observe::observe;
 use super::settings::PipelineSettings;
 use super::worker::Worker;
@@ -19,13 +20,13 @@ use crate::hub::Hub;
 use crate::plugins::PluginSet;
 use crate::store::Store;
 
-/// Ingests waiting for the pipeline thread; past it, `ingest` waits (each one is also
+/// Ingests waiting for the map thread; past it, `ingest` waits (each one is also
 /// charged to the clients' memory budget by the socket layer).
 const QUEUE: usize = 1024;
 
 impl Pipeline {
-    /// Loads the plugins and starts the pipeline thread and the `on_event` observer (on the
-    /// current tokio runtime).
+    /// Loads the plugins and starts the pipeline's threads and the `on_event` observer (on
+    /// the current tokio runtime).
     pub fn start(
         store: Store,
         hub: Arc<Hub>,
@@ -60,18 +61,26 @@ impl Pipeline {
             redact,
             tool_index: Arc::default(),
         });
+        let (handed_over, mapped) = std::sync::mpsc::sync_channel(HANDED_OVER);
         let worker = Worker {
             store,
             checkpoints,
             budgets,
-            plugins: pipeline.plugins.subscribe(),
             pipeline: Arc::downgrade(&pipeline),
             joins: JoinMemory::default(),
             tool_index: pipeline.tool_index.clone(),
         };
         std::thread::Builder::new()
             .name("dstream-pipeline".into())
-            .spawn(move || worker.run(rx))?;
+            .spawn(move || worker.run(mapped))?;
+        let stage = MapStage {
+            plugins: pipeline.plugins.subscribe(),
+            pipeline: Arc::downgrade(&pipeline),
+            worker: handed_over,
+        };
+        std::thread::Builder::new()
+            .name("dstream-map".into())
+            .spawn(move || stage.run(rx))?;
         tokio::spawn(observe(
             hub,
             pipeline.plugins.subscribe(),

@@ -1,29 +1,27 @@
-//! The pipeline thread: takes ingests in turn from a [`FairQueue`] and runs each through
-//! map → process → decide → append, in arrival order, so the events of a session are stored
-//! in the order their hooks fired. This file is the order of the steps (and what happens to
-//! a tool call nobody waits for any more); each step is in its own file.
+//! The pipeline's second thread (`dstream-pipeline`): takes each ingest the map thread
+//! ([`super::map_stage`]) has mapped, in the order it mapped them, and runs its events through
+//! process → decide → append, so the events of a session are stored in the order their hooks
+//! fired. This file is the order of the steps (and what happens to a tool call nobody waits
+//! for any more); each step is in its own file.
 
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, OnceLock};
 
 use serde_json::{Map, Value as Json, json};
-use tokio::sync::{mpsc, watch};
 
 use super::append::append;
 use super::decide::strongest;
-use super::draft::{Draft, bypassed_event, ensure_id, fallback_session, rescued_request};
-use super::fair::FairQueue;
+use super::draft::{Draft, bypassed_event, ensure_id, rescued_request};
 use super::filter::process;
 use super::handle::Pipeline;
 use super::ingest::{Ingest, IngestError};
 use super::joins::{JoinMemory, ToolIndex};
-use super::map::map;
+use super::map_stage::Mapped;
 use super::verdict::{request_kind, verdict};
 use crate::budget::Budgets;
 use crate::checkpoint::Checkpoints;
-use crate::checkpoint::policy::{Call, Policy};
-use crate::plugins::PluginSet;
+use crate::checkpoint::policy::Call;
 use crate::store::Store;
 use dstream_sdk::protocol::Action;
 
@@ -32,7 +30,6 @@ pub(super) struct Worker {
     pub(super) store: Store,
     pub(super) checkpoints: Arc<Checkpoints>,
     pub(super) budgets: Arc<Budgets>,
-    pub(super) plugins: watch::Receiver<Arc<PluginSet>>,
     pub(super) pipeline: std::sync::Weak<Pipeline>,
     pub(super) joins: JoinMemory,
     /// Where results find requests the joins no longer remember (set once the index runs).
@@ -40,62 +37,32 @@ pub(super) struct Worker {
 }
 
 impl Worker {
-    /// Takes ingests in turn from each client that has some queued (in arrival order within
-    /// a client), so one client flooding the pipeline with big events delays another client's
-    /// tool call by at most one event of its own, not by its whole backlog.
-    pub(super) fn run(mut self, mut rx: mpsc::Receiver<Ingest>) {
-        let mut fair = FairQueue::default();
-        loop {
-            if fair.is_empty() {
-                match rx.blocking_recv() {
-                    Some(i) => fair.push(i),
-                    None => return,
-                }
-            }
-            while let Ok(i) = rx.try_recv() {
-                fair.push(i);
-            }
-            let Some(ingest) = fair.pop() else { continue };
-            let Some(pipeline) = self.pipeline.upgrade() else {
-                (ingest.done)(Err(IngestError::Stopped));
-                return;
-            };
-            pipeline.ingested.fetch_add(1, Ordering::Relaxed);
-            let (keep_raw, policy) = {
-                let s = pipeline.settings.lock().unwrap();
-                (s.keep_raw, s.policy.clone())
-            };
-            drop(pipeline);
-            let set = self.plugins.borrow_and_update().clone();
-            self.handle(&set, ingest, keep_raw, &policy);
+    /// Finishes mapped ingests in the order they were mapped, until the map thread stops.
+    pub(super) fn run(mut self, rx: Receiver<Mapped>) {
+        while let Ok(mapped) = rx.recv() {
+            self.handle(mapped);
         }
     }
 
-    fn handle(&mut self, set: &PluginSet, ingest: Ingest, keep_raw: bool, policy: &Policy) {
+    fn handle(&mut self, mapped: Mapped) {
+        let Mapped {
+            ingest,
+            raw,
+            fallback,
+            drafts,
+            set,
+            keep_raw,
+            policy,
+        } = mapped;
+        let (set, policy) = (&*set, &policy);
+        // Asked as late as possible: a hook that gave up while its event was mapped counts.
         let abandoned = ingest.abandoned();
         let Ingest {
             source,
-            raw,
-            session_id,
             done,
             spooled,
             ..
         } = ingest;
-        // Well formed (the socket layer checked); what cannot be represented (a lone
-        // surrogate, 1e999) is repaired rather than lost, so the call still gets its decision.
-        let raw: Arc<Json> =
-            Arc::new(crate::lossy_json::parse(raw.get()).map_or(Json::Null, |(v, _)| v));
-        let fallback = fallback_session(&source, session_id.as_deref(), &raw);
-
-        // map
-        let drafts = map(
-            set,
-            &source,
-            &raw,
-            session_id.as_deref(),
-            &fallback,
-            keep_raw,
-        );
         let mut notes = Vec::new();
 
         // process
