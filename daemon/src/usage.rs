@@ -13,8 +13,11 @@
 use std::collections::{BTreeMap, HashMap};
 
 use dstream_sdk::protocol::{UsageMismatch, UsageResult, UsageRow};
+use std::borrow::Cow;
+
 use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// The ways to group.
 pub const GROUPINGS: &[&str] = &[
@@ -23,26 +26,57 @@ pub const GROUPINGS: &[&str] = &[
 
 /// The fields of a stored event that spending is summed from (here, by the budgets and by the
 /// search index's usage tables).
-#[derive(Deserialize)]
 pub(crate) struct Envelope {
-    #[serde(rename = "type")]
     pub event_type: String,
-    #[serde(default)]
     pub lsn: u64,
-    #[serde(default)]
     pub timestamp: u64,
-    #[serde(default)]
     pub session_id: String,
-    #[serde(default)]
     pub stream_id: Option<String>,
-    #[serde(default)]
     pub actor: Option<String>,
-    #[serde(default)]
+    /// Parsed for `usage.*` events only (`Null` otherwise): no other event is summed.
     pub payload: Value,
-    #[serde(default)]
+    /// Parsed for `usage.*` events only, like `payload`.
     pub metadata: Value,
+    /// The project folder it names (`cwd` or `directory`, in `raw` first, then `payload`).
+    project: Option<String>,
+}
+
+/// A stored event as first read: the bulky parts (payload, metadata, the agent's raw event)
+/// left as text, since most events need none of them parsed whole.
+#[derive(Deserialize)]
+struct Fields<'a> {
+    #[serde(rename = "type", borrow)]
+    event_type: Cow<'a, str>,
     #[serde(default)]
-    pub raw: Value,
+    lsn: u64,
+    #[serde(default)]
+    timestamp: u64,
+    #[serde(default, borrow)]
+    session_id: Cow<'a, str>,
+    #[serde(default, borrow)]
+    stream_id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    actor: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    payload: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    metadata: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    raw: Option<&'a RawValue>,
+}
+
+/// Of an object, only what names a project; the rest is skipped unparsed.
+#[derive(Deserialize, Default)]
+struct Place {
+    cwd: Option<Value>,
+    directory: Option<Value>,
+}
+
+impl Place {
+    fn of(json: Option<&RawValue>) -> Place {
+        json.and_then(|j| serde_json::from_str(j.get()).ok())
+            .unwrap_or_default()
+    }
 }
 
 impl Envelope {
@@ -54,7 +88,41 @@ impl Envelope {
         if !usage && !has(b"\"cwd\"") && !has(b"\"directory\"") {
             return None;
         }
-        Some((serde_json::from_slice(json).ok()?, usage))
+        let f: Fields = serde_json::from_slice(json).ok()?;
+        let usage = f.event_type.starts_with("usage.");
+        let parse = |j: Option<&RawValue>| match j {
+            Some(j) if usage => serde_json::from_str(j.get()).ok(),
+            _ => Some(Value::Null),
+        };
+        let (payload, metadata) = (parse(f.payload)?, parse(f.metadata)?);
+        // `cwd` before `directory`, each from `raw` before `payload`, and only a string
+        // counts (a field of another type does not fall through to the next place; null is
+        // no field).
+        let (raw_place, payload_place) = (Place::of(f.raw), Place::of(f.payload));
+        let project = [
+            (raw_place.cwd, payload_place.cwd),
+            (raw_place.directory, payload_place.directory),
+        ]
+        .into_iter()
+        .find_map(|(first, second)| match first.or(second) {
+            Some(Value::String(s)) => Some(s),
+            _ => None,
+        });
+        let owned = |c: Cow<str>| c.into_owned();
+        Some((
+            Envelope {
+                event_type: owned(f.event_type),
+                lsn: f.lsn,
+                timestamp: f.timestamp,
+                session_id: owned(f.session_id),
+                stream_id: f.stream_id.map(owned),
+                actor: f.actor.map(owned),
+                payload,
+                metadata,
+                project,
+            },
+            usage,
+        ))
     }
 
     /// The lineage it counts in: its root session (a subagent's parent).
@@ -66,12 +134,7 @@ impl Envelope {
 
     /// The project folder it names, if any.
     pub fn project(&self) -> Option<&str> {
-        ["cwd", "directory"].iter().find_map(|k| {
-            self.raw
-                .get(k)
-                .or_else(|| self.payload.get(k))
-                .and_then(Value::as_str)
-        })
+        self.project.as_deref()
     }
 
     /// Whether it is the agent's own telemetry (Claude Code's figures).
@@ -296,6 +359,39 @@ pub(crate) fn iso_week(ms: u64) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_envelope_names_its_project_and_parses_only_usage_payloads() {
+        let of = |v: Value| Envelope::of_interest(v.to_string().as_bytes());
+        // A hook event: the project from raw's cwd before the payload's; nothing else parsed.
+        let (e, usage) = of(
+            json!({"lsn": 3, "type": "execution.tool_use", "session_id": "s",
+            "stream_id": "root", "raw": {"cwd": "/w/a", "big": [1, 2, {"x": "y"}]},
+            "payload": {"cwd": "/w/b", "tool": "Bash"}, "metadata": {"source": "otlp"}}),
+        )
+        .unwrap();
+        assert!(!usage);
+        assert_eq!((e.project(), e.lineage().as_str()), (Some("/w/a"), "root"));
+        assert_eq!((e.payload.clone(), e.is_telemetry()), (Value::Null, false));
+        // No cwd that is a string: `directory` (OpenCode's), from the payload.
+        let (e, _) = of(json!({"type": "x", "session_id": "s", "raw": {"cwd": 7},
+            "payload": {"directory": "/w/c"}}))
+        .unwrap();
+        assert_eq!(e.project(), Some("/w/c"));
+        // A usage event: its payload and metadata whole.
+        let (e, usage) = of(
+            json!({"type": "usage.request", "session_id": "s", "timestamp": 9,
+            "payload": {"model": "m", "cost_usd": 0.5}, "metadata": {"source": "otlp"}}),
+        )
+        .unwrap();
+        assert!(usage && e.is_telemetry());
+        assert_eq!(
+            (e.payload["model"].as_str(), e.project()),
+            (Some("m"), None)
+        );
+        // Neither spending nor a place: skipped unparsed.
+        assert!(of(json!({"type": "user.input", "payload": {"text": "hi"}})).is_none());
+    }
 
     #[test]
     fn dates_and_iso_weeks() {

@@ -8,6 +8,7 @@
 
 use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// At most this much text of one event is indexed (cut at a character boundary).
 pub const MAX_TEXT_BYTES: usize = 64 * 1024;
@@ -27,7 +28,7 @@ pub struct Extracted {
 }
 
 #[derive(Deserialize)]
-struct Envelope {
+struct Envelope<'a> {
     lsn: u64,
     #[serde(rename = "type")]
     event_type: String,
@@ -35,8 +36,10 @@ struct Envelope {
     timestamp: u64,
     #[serde(default)]
     payload: Value,
-    #[serde(default)]
-    raw: Option<Value>,
+    /// Left as text: it is read only when the payload has no text (most events keep the
+    /// agent's whole hook event here, the costliest part to parse).
+    #[serde(default, borrow)]
+    raw: Option<&'a RawValue>,
 }
 
 /// The indexable text of one stored event (its JSON); `None` when it is not an event.
@@ -45,9 +48,10 @@ pub fn extract(json: &[u8]) -> Option<Extracted> {
     let mut text = String::new();
     leaves(&e.payload, None, &mut text);
     if text.is_empty()
-        && let Some(raw) = &e.raw
+        && let Some(raw) = e.raw
     {
-        leaves(raw, None, &mut text);
+        let raw: Value = serde_json::from_str(raw.get()).ok()?;
+        leaves(&raw, None, &mut text);
     }
     Some(Extracted {
         lsn: e.lsn,
