@@ -201,6 +201,9 @@ fn render(json: &[u8], stack: &[Level]) -> String {
 /// digits, each lone surrogate escape becomes `\ufffd` (what any UTF-16 decoder makes of it).
 /// `None` when the text is readable as it is. Linear, no recursion.
 pub fn make_readable(json: &[u8]) -> Option<Vec<u8>> {
+    if !may_need_repair(json) {
+        return None;
+    }
     check_storable(json).err()?;
     let mut out = Vec::with_capacity(json.len() + 16);
     let mut i = 0;
@@ -242,6 +245,42 @@ pub fn make_readable(json: &[u8]) -> Option<Vec<u8>> {
         }
     }
     Some(out)
+}
+
+/// Digits in a row past which a number may not fit an f64 whatever its exponent (two digits of
+/// exponent reach 1e99; 1e308 is the largest finite power of ten), in two windows' worth.
+const DIGIT_WINDOW: usize = 100;
+
+/// Whether `json` may hold what [`make_readable`] repairs, in a few vectorised passes: a `\u`
+/// escape of a surrogate (`\ud800` to `\udfff`), an exponent of three or more digits, or a
+/// run of `2 * DIGIT_WINDOW` digits or more. It looks at bytes, not tokens, so text in strings
+/// can say yes too; a yes only costs the full check. Readers run it on every event they send,
+/// and almost every event says no.
+fn may_need_repair(json: &[u8]) -> bool {
+    let digits = |from: usize, n: usize| {
+        json.get(from..from + n)
+            .is_some_and(|d| d.iter().all(u8::is_ascii_digit))
+    };
+    let surrogate = memchr::memmem::find_iter(json, b"\\u").any(|at| {
+        matches!(json.get(at + 2), Some(b'd' | b'D'))
+            && matches!(
+                json.get(at + 3),
+                Some(b'8'..=b'9' | b'a'..=b'f' | b'A'..=b'F')
+            )
+    });
+    let exponent = || {
+        memchr::memchr2_iter(b'e', b'E', json).any(|at| {
+            let sign = matches!(json.get(at + 1), Some(b'+' | b'-'));
+            digits(at + 1 + sign as usize, 3)
+        })
+    };
+    // A run of 2 * DIGIT_WINDOW digits holds a whole window starting at a multiple of it.
+    let long_run = || {
+        (0..json.len())
+            .step_by(DIGIT_WINDOW)
+            .any(|at| digits(at, DIGIT_WINDOW))
+    };
+    surrogate || exponent() || long_run()
 }
 
 /// Makes `out[start..]` (one stored event just written there) readable in place: see
@@ -332,6 +371,30 @@ mod tests {
             (e.path.as_str(), e.what),
             ("", "a number that does not fit a 64-bit float")
         );
+    }
+
+    #[test]
+    fn the_cheap_pass_says_yes_to_everything_make_readable_repairs() {
+        let needs = [
+            r#"{"n":1e999}"#,
+            r#"{"n":-2.5E+308}"#,
+            r#"[1e-4000]"#,
+            r#"{"s":"a\ud800"}"#,
+            r#"{"s":"\uDC00"}"#,
+        ];
+        for json in needs {
+            assert!(may_need_repair(json.as_bytes()), "{json}");
+        }
+        let huge = format!("[{}]", "9".repeat(400));
+        assert!(may_need_repair(huge.as_bytes()));
+        assert!(make_readable(huge.as_bytes()).is_some());
+        // What a stored event usually is: no full check.
+        let plain = br#"{"lsn":12,"id":"01M8","type":"x","timestamp":1795728806743,"payload":{"n":1.5e10,"s":"caf\u00e9"}}"#;
+        assert!(!may_need_repair(plain));
+        // A surrogate pair is a yes of the cheap pass, and the full check leaves it alone.
+        let pair = br#"{"s":"\ud83d\ude00"}"#;
+        assert!(may_need_repair(pair) && make_readable(pair).is_none());
+        assert!(!may_need_repair(br#"{"n":1e99,"m":12345678901234567890}"#));
     }
 
     #[test]
