@@ -445,6 +445,11 @@ impl Store {
         else {
             return Err(self.missing(session));
         };
+        if reader::reads_hot_tail(&session, from_lsn) {
+            // A reader following a session live: the hand-over to the blocking pool and back
+            // would take longer than the read.
+            return reader::read_page(&session, from_lsn, limit);
+        }
         tokio::task::spawn_blocking(move || reader::read_page(&session, from_lsn, limit))
             .await
             .map_err(|e| StoreError::io("read task", &io::Error::other(e.to_string())))?

@@ -146,6 +146,27 @@ fn read_log(
     }
 }
 
+/// Bytes at the end of a log that a read may take on the calling (async) thread: written
+/// moments ago, so in the page cache, and few enough that checking them takes well under a
+/// millisecond. Further back, or from an archive, a read goes to the blocking pool.
+const HOT_TAIL_BYTES: u64 = 1 << 20;
+
+/// Whether a read from `from_lsn` touches only the log's hot tail (see [`HOT_TAIL_BYTES`]).
+pub(crate) fn reads_hot_tail(session: &Session, from_lsn: u64) -> bool {
+    let archived = session
+        .archive
+        .read()
+        .unwrap()
+        .as_ref()
+        .is_some_and(|a| from_lsn <= a.footer.upto_lsn);
+    if archived {
+        return false;
+    }
+    let start = session.index.read().unwrap().seek(from_lsn).offset;
+    let len = session.meta.lock().unwrap().bytes;
+    len.saturating_sub(start) <= HOT_TAIL_BYTES
+}
+
 pub(crate) fn read_page(
     session: &Arc<Session>,
     from_lsn: u64,
