@@ -5,6 +5,10 @@
 //! (`inflight`) before the POST is sent. After a crash the same range is sent again with the
 //! same `Producer-Seq`, and the server answers 204 if it already has it. A batch is never
 //! re-cut differently under a number the server may have seen.
+//!
+//! The batch after the one in flight may be recorded too (`queued`), so that its write
+//! overlaps that POST; it leaves only once the one in flight is acknowledged, so the server
+//! still sees one batch at a time, in order, and a restart resends both as they were cut.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -45,6 +49,10 @@ pub struct Ledger {
     pub remote_offset: Option<String>,
     #[serde(default)]
     pub inflight: Option<Inflight>,
+    /// The batch after `inflight` (seq one higher), cut and written while that one was on
+    /// the wire; sent after it is acknowledged, as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued: Option<Inflight>,
     /// The remote stream was closed (the session ended, or was archived).
     #[serde(default)]
     pub closed: bool,
@@ -107,6 +115,18 @@ impl Ledger {
     /// The last mark at or before `lsn`.
     pub fn mark_at_or_before(&self, lsn: u64) -> Option<&(u64, String)> {
         self.marks.iter().rev().find(|(l, _)| *l <= lsn)
+    }
+
+    /// Forgets the batches cut but not acknowledged: what follows numbers its batches afresh
+    /// (a new epoch, a new stream), and whatever of them reached the server was found first.
+    pub fn drop_batches(&mut self) {
+        self.inflight = None;
+        self.queued = None;
+    }
+
+    /// The batch in flight is acknowledged: the queued one, if it follows it, is next.
+    pub fn promote_queued(&mut self, acked: &Inflight) {
+        self.inflight = self.queued.take().filter(|q| q.seq == acked.seq + 1);
     }
 
     /// This ledger if it describes `target`, else a fresh one for it.
@@ -211,6 +231,33 @@ mod tests {
     }
 
     #[test]
+    fn only_the_batch_right_after_the_acknowledged_one_goes_next() {
+        let batch = |seq, first_lsn, last_lsn| Inflight {
+            seq,
+            first_lsn,
+            last_lsn,
+            close: false,
+        };
+        let mut l = Ledger {
+            inflight: Some(batch(3, 1, 10)),
+            queued: Some(batch(4, 11, 20)),
+            ..Ledger::default()
+        };
+        l.promote_queued(&batch(3, 1, 10));
+        assert_eq!((l.inflight, l.queued), (Some(batch(4, 11, 20)), None));
+        // A queued batch that does not follow was never sent: it is cut again.
+        l.queued = Some(batch(9, 21, 30));
+        l.promote_queued(&batch(4, 11, 20));
+        assert_eq!((l.inflight, l.queued), (None, None));
+        // A ledger from before `queued` existed reads as having none.
+        let old: Ledger = serde_json::from_str(
+            r#"{"epoch":1,"next_seq":2,"acked_lsn":5,"inflight":{"seq":2,"first_lsn":6,"last_lsn":9}}"#,
+        )
+        .unwrap();
+        assert_eq!((old.inflight, old.queued), (Some(batch(2, 6, 9)), None));
+    }
+
+    #[test]
     fn a_ledger_survives_a_round_trip_and_a_missing_one_is_fresh() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = LedgerDir::open(crate::vfs::os(), tmp.path()).unwrap();
@@ -226,6 +273,12 @@ mod tests {
                 seq: 7,
                 first_lsn: 41,
                 last_lsn: 50,
+                close: false,
+            }),
+            queued: Some(Inflight {
+                seq: 8,
+                first_lsn: 51,
+                last_lsn: 60,
                 close: false,
             }),
             closed: false,

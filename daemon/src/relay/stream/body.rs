@@ -1,6 +1,7 @@
 //! What a batch's body holds: the stored events as a JSON array, built without parsing them,
 //! or, when plugins have `relay` functions, what those let out. Refused control messages
-//! never leave the machine.
+//! never leave the machine. The bodies of the batches in flight and queued are kept for
+//! resends.
 
 use std::sync::Arc;
 
@@ -13,6 +14,40 @@ use crate::store::EventJson;
 /// Refused control messages stay local: relaying them back would let a server that sends
 /// junk make the relay send it more.
 const KEPT_LOCAL: &str = "relay.control_rejected";
+
+/// The bodies of the batches cut and not yet acknowledged, by seq: the one in flight and the
+/// one queued behind it, so at most two batches' bytes.
+#[derive(Default)]
+pub(super) struct Bodies(Vec<(u64, Bytes, u64)>);
+
+impl Bodies {
+    /// The body and event count of batch `seq`, if it is kept.
+    pub(super) fn get(&self, seq: u64) -> Option<(Bytes, u64)> {
+        self.0
+            .iter()
+            .find(|(s, ..)| *s == seq)
+            .map(|(_, b, n)| (b.clone(), *n))
+    }
+
+    pub(super) fn put(&mut self, seq: u64, body: Bytes, count: u64) {
+        self.0.retain(|(s, ..)| *s != seq);
+        self.0.push((seq, body, count));
+        // Only the newest two can be in flight or queued.
+        if self.0.len() > 2 {
+            self.0.remove(0);
+        }
+    }
+
+    /// Batch `seq` is acknowledged: it and any before it are never sent again.
+    pub(super) fn acknowledged(&mut self, seq: u64) {
+        self.0.retain(|(s, ..)| *s > seq);
+    }
+
+    /// A new epoch or stream numbers its batches afresh.
+    pub(super) fn clear(&mut self) {
+        self.0.clear();
+    }
+}
 
 impl Worker {
     /// The body of a batch: the events as stored, or what the relay filters make of them.

@@ -66,7 +66,7 @@ pub(super) async fn run(shared: Arc<Shared>, session: Arc<str>, wake: Arc<Notify
         settings,
         ledger: Ledger::default(),
         dirty: false,
-        body: None,
+        bodies: Default::default(),
         fences: 0,
         end_checked: 0,
         was_idle: false,

@@ -1,7 +1,9 @@
 //! Sending a stream's events, one batch at a time: each step decides what comes next
 //! (create the stream, resend the batch in flight, cut the next one, close the stream when
 //! its session ended, or nothing), records a batch in the ledger before it is sent, and reads
-//! the server's answer: acknowledged, or a resync, a backoff, a stop.
+//! the server's answer: acknowledged, or a resync, a backoff, a stop. While a batch is on the
+//! wire with a backlog behind it, the next one is cut and recorded, so that neither the log
+//! read nor the ledger's fsync waits for the server's answer.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
@@ -92,12 +94,12 @@ impl Worker {
                 // A continuation stream begins after the archived part.
                 self.ledger.acked_lsn = self.ledger.stream_start;
                 self.ledger.remote_offset = None;
-                self.ledger.inflight = None;
+                self.ledger.drop_batches();
                 self.ledger.bytes_sent = 0;
                 self.ledger.closed = false;
                 self.claim_epoch(0);
                 self.ledger.created = true;
-                self.body = None;
+                self.bodies.clear();
                 match self.save().await {
                     Ok(()) => Step::Continue,
                     Err(e) => self.back_off(e, None).await,
@@ -161,10 +163,12 @@ impl Worker {
             close: false,
         };
         self.ledger.inflight = Some(f);
+        // Only ever queued behind a batch in flight: without one, a new cut replaces it.
+        self.ledger.queued = None;
         if let Err(e) = self.save().await {
             return self.back_off(e, None).await;
         }
-        self.body = Some((f.seq, body, count));
+        self.bodies.put(f.seq, body, count);
         self.send(f).await
     }
 
@@ -231,9 +235,9 @@ impl Worker {
         l.closed_for_archive = false;
         l.remote_offset = None;
         l.marks.clear();
-        l.inflight = None;
+        l.drop_batches();
         l.next_seq = 0;
-        self.body = None;
+        self.bodies.clear();
         match self.save().await {
             Ok(()) => Step::Continue,
             Err(e) => self.back_off(e, None).await,
@@ -242,15 +246,15 @@ impl Worker {
 
     /// Sends the in-flight batch (again, after a crash or a retry: the same range).
     pub(super) async fn send(&mut self, f: Inflight) -> Step {
-        let (body, count) = match &self.body {
-            Some((seq, body, count)) if *seq == f.seq => (body.clone(), *count),
+        let (body, count) = match self.bodies.get(f.seq) {
+            Some(kept) => kept,
             _ if f.close && f.first_lsn > f.last_lsn => (Bytes::new(), 0),
             _ => {
                 let n = (f.last_lsn + 1 - f.first_lsn) as usize;
                 match self.read(f.first_lsn, f.last_lsn, n, usize::MAX).await {
                     Ok(events) if events.last().map(|e| e.lsn) == Some(f.last_lsn) => {
                         let (body, count) = self.body_of(events).await;
-                        self.body = Some((f.seq, body.clone(), count));
+                        self.bodies.put(f.seq, body.clone(), count);
                         (body, count)
                     }
                     Ok(_) => {
@@ -271,12 +275,20 @@ impl Worker {
         let Some(remote) = self.settings.remote.clone() else {
             return Step::Idle;
         };
-        let outcome = {
+        let (outcome, next) = {
+            // The next cut is made under the same permit: only batches being sent hold a
+            // second body, so the relay's memory stays bounded by the parallel streams.
             let _permit = self.shared.permits.acquire().await;
-            remote
-                .append(&self.url(), self.ledger.epoch, f.seq, body.clone(), f.close)
-                .await
+            let url = self.url();
+            let post = remote.append(&url, self.ledger.epoch, f.seq, body.clone(), f.close);
+            tokio::join!(post, self.cut_next(f))
         };
+        if let Some((q, body, count)) = next {
+            // The ledger on disk is this one, with the next batch queued.
+            self.ledger.queued = Some(q);
+            self.bodies.put(q.seq, body, count);
+            self.dirty = false;
+        }
         match outcome {
             PostOutcome::Stored { next_offset, .. } => {
                 self.acknowledged(f, next_offset, body.len() as u64, count);
@@ -350,6 +362,47 @@ impl Worker {
         }
     }
 
+    /// While batch `f` is on the wire: cuts the batch after it and writes it to the ledger as
+    /// queued. Only when a full batch waits behind it (a backlog): a live stream's next batch
+    /// is cut once the answer is in, as before, so that it takes what arrived meanwhile.
+    /// `None` when there is nothing to queue or something failed: the step after the answer
+    /// cuts the batch the usual way, and reports what fails.
+    async fn cut_next(&self, f: Inflight) -> Option<(Inflight, Bytes, u64)> {
+        let cfg = &self.settings.config;
+        let (max_events, max_bytes) = (cfg.batch_max_events, cfg.batch_max_bytes);
+        let committed = self.committed_lsn();
+        if f.close
+            || self.ledger.queued.is_some()
+            || committed.saturating_sub(f.last_lsn) < max_events as u64
+        {
+            return None;
+        }
+        let from = f.last_lsn + 1;
+        let events = self
+            .read(from, committed, max_events, max_bytes)
+            .await
+            .ok()?;
+        let last = events.last()?.lsn;
+        let (body, count) = self.body_of(events).await;
+        if count == 0 {
+            return None;
+        }
+        let q = Inflight {
+            seq: f.seq + 1,
+            first_lsn: from,
+            last_lsn: last,
+            close: false,
+        };
+        let mut ledger = self.ledger.clone();
+        ledger.queued = Some(q);
+        let (ledgers, session) = (self.shared.ledgers.clone(), self.session.clone());
+        tokio::task::spawn_blocking(move || ledgers.save(&session, &ledger))
+            .await
+            .ok()?
+            .ok()?;
+        Some((q, body, count))
+    }
+
     pub(super) fn acknowledged(
         &mut self,
         f: Inflight,
@@ -373,7 +426,7 @@ impl Worker {
         let l = &mut self.ledger;
         l.acked_lsn = l.acked_lsn.max(f.last_lsn);
         l.next_seq = f.seq + 1;
-        l.inflight = None;
+        l.promote_queued(&f);
         if let Some(o) = &next_offset {
             l.mark(f.last_lsn, o);
         }
@@ -385,7 +438,7 @@ impl Worker {
             l.closed = true;
         }
         self.dirty = true;
-        self.body = None;
+        self.bodies.acknowledged(f.seq);
         self.fences = 0;
         self.troubles = 0;
         self.backoff.reset();
@@ -393,6 +446,13 @@ impl Worker {
         t.events_sent.fetch_add(events, Relaxed);
         t.bytes_sent.fetch_add(bytes, Relaxed);
         t.batches.fetch_add(1, Relaxed);
-        self.set_state(if f.close { State::Closed } else { State::Live });
+        self.set_state(if f.close {
+            State::Closed
+        } else if self.ledger.inflight.is_some() {
+            // The queued batch is next: a backlog is still going out.
+            State::CatchingUp
+        } else {
+            State::Live
+        });
     }
 }

@@ -6,8 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
-use bytes::Bytes;
-
+use super::body::Bodies;
 use super::quiet::QuietLog;
 use crate::relay::ledger::Ledger;
 use crate::relay::settings::Settings;
@@ -32,8 +31,8 @@ pub(super) struct Worker {
     /// The ledger has progress not yet written (acks are written lazily: a resend after a
     /// crash is answered 204).
     pub(super) dirty: bool,
-    /// The body of the in-flight batch, kept for resends.
-    pub(super) body: Option<(u64, Bytes, u64)>,
+    /// The bodies of the batches in flight and queued, kept for resends.
+    pub(super) bodies: Bodies,
     pub(super) backoff: Backoff,
     /// Fences since the last acknowledged batch: a second means another producer is live.
     pub(super) fences: u32,
@@ -64,7 +63,7 @@ impl Worker {
             .await
             .map_err(std::io::Error::other)??;
         self.ledger = ledger.for_target(&self.settings.target);
-        self.body = None;
+        self.bodies.clear();
         self.dirty = false;
         let (acked, sent) = (self.ledger.acked_lsn, self.ledger.bytes_sent);
         self.shared.update(&self.session, |s| {
