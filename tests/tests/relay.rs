@@ -221,7 +221,7 @@ fn a_restart_resends_the_batch_queued_behind_the_one_in_flight_as_it_was_cut() {
         "next_seq": 0,
         "acked_lsn": 0,
         "inflight": {"seq": 0, "first_lsn": 1, "last_lsn": 100},
-        "queued": {"seq": 1, "first_lsn": 101, "last_lsn": 150},
+        "queued": [{"seq": 1, "first_lsn": 101, "last_lsn": 150}],
     });
     std::fs::create_dir_all(d.data_dir().join("relay")).unwrap();
     std::fs::write(d.data_dir().join("relay/q.json"), ledger.to_string()).unwrap();

@@ -6,9 +6,10 @@
 //! same `Producer-Seq`, and the server answers 204 if it already has it. A batch is never
 //! re-cut differently under a number the server may have seen.
 //!
-//! The batch after the one in flight may be recorded too (`queued`), so that its write
-//! overlaps that POST; it leaves only once the one in flight is acknowledged, so the server
-//! still sees one batch at a time, in order, and a restart resends both as they were cut.
+//! The batches after the one in flight may be recorded too (`queued`), several in one write
+//! that overlaps a POST; each leaves only once the one before it is acknowledged, so the
+//! server still sees one batch at a time, in order, and a restart resends them as they were
+//! cut.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -49,10 +50,11 @@ pub struct Ledger {
     pub remote_offset: Option<String>,
     #[serde(default)]
     pub inflight: Option<Inflight>,
-    /// The batch after `inflight` (seq one higher), cut and written while that one was on
-    /// the wire; sent after it is acknowledged, as it is.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub queued: Option<Inflight>,
+    /// The batches after `inflight`, consecutive in seq and LSNs, cut and written while an
+    /// earlier one was on the wire; each is sent after the one before it is acknowledged,
+    /// as it is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queued: Vec<Inflight>,
     /// The remote stream was closed (the session ended, or was archived).
     #[serde(default)]
     pub closed: bool,
@@ -121,12 +123,18 @@ impl Ledger {
     /// (a new epoch, a new stream), and whatever of them reached the server was found first.
     pub fn drop_batches(&mut self) {
         self.inflight = None;
-        self.queued = None;
+        self.queued.clear();
     }
 
-    /// The batch in flight is acknowledged: the queued one, if it follows it, is next.
+    /// The batch in flight is acknowledged: the first queued one, if it follows it, is next.
+    /// Queued batches that do not follow were never sent (each waits for the one before
+    /// it), so they are dropped and cut again.
     pub fn promote_queued(&mut self, acked: &Inflight) {
-        self.inflight = self.queued.take().filter(|q| q.seq == acked.seq + 1);
+        if self.queued.first().is_some_and(|q| q.seq == acked.seq + 1) {
+            self.inflight = Some(self.queued.remove(0));
+        } else {
+            self.drop_batches();
+        }
     }
 
     /// This ledger if it describes `target`, else a fresh one for it.
@@ -240,21 +248,22 @@ mod tests {
         };
         let mut l = Ledger {
             inflight: Some(batch(3, 1, 10)),
-            queued: Some(batch(4, 11, 20)),
+            queued: vec![batch(4, 11, 20), batch(5, 21, 30)],
             ..Ledger::default()
         };
         l.promote_queued(&batch(3, 1, 10));
-        assert_eq!((l.inflight, l.queued), (Some(batch(4, 11, 20)), None));
+        assert_eq!(l.inflight, Some(batch(4, 11, 20)));
+        assert_eq!(l.queued, [batch(5, 21, 30)]);
         // A queued batch that does not follow was never sent: it is cut again.
-        l.queued = Some(batch(9, 21, 30));
+        l.queued = vec![batch(9, 21, 30)];
         l.promote_queued(&batch(4, 11, 20));
-        assert_eq!((l.inflight, l.queued), (None, None));
+        assert_eq!((l.inflight, l.queued.len()), (None, 0));
         // A ledger from before `queued` existed reads as having none.
         let old: Ledger = serde_json::from_str(
             r#"{"epoch":1,"next_seq":2,"acked_lsn":5,"inflight":{"seq":2,"first_lsn":6,"last_lsn":9}}"#,
         )
         .unwrap();
-        assert_eq!((old.inflight, old.queued), (Some(batch(2, 6, 9)), None));
+        assert_eq!((old.inflight, old.queued.len()), (Some(batch(2, 6, 9)), 0));
     }
 
     #[test]
@@ -275,12 +284,12 @@ mod tests {
                 last_lsn: 50,
                 close: false,
             }),
-            queued: Some(Inflight {
+            queued: vec![Inflight {
                 seq: 8,
                 first_lsn: 51,
                 last_lsn: 60,
                 close: false,
-            }),
+            }],
             closed: false,
             closed_for_archive: false,
             stream: Some("s1~1".into()),

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use tokio::sync::OwnedSemaphorePermit;
 
 use super::worker::Worker;
 use crate::plugins::{Hooks, Input, PluginSet};
@@ -15,32 +16,36 @@ use crate::store::EventJson;
 /// junk make the relay send it more.
 const KEPT_LOCAL: &str = "relay.control_rejected";
 
-/// The bodies of the batches cut and not yet acknowledged, by seq: the one in flight and the
-/// one queued behind it, so at most two batches' bytes.
+/// The bodies of the batches cut and not yet acknowledged, by seq: the one in flight, and
+/// those queued behind it, each holding its bytes of the relay's budget for bodies cut ahead.
 #[derive(Default)]
-pub(super) struct Bodies(Vec<(u64, Bytes, u64)>);
+pub(super) struct Bodies(Vec<Kept>);
+
+pub(super) struct Kept {
+    pub(super) seq: u64,
+    pub(super) body: Bytes,
+    pub(super) count: u64,
+    /// Released with the body (none for the batch in flight).
+    pub(super) _budget: Option<OwnedSemaphorePermit>,
+}
 
 impl Bodies {
     /// The body and event count of batch `seq`, if it is kept.
     pub(super) fn get(&self, seq: u64) -> Option<(Bytes, u64)> {
         self.0
             .iter()
-            .find(|(s, ..)| *s == seq)
-            .map(|(_, b, n)| (b.clone(), *n))
+            .find(|k| k.seq == seq)
+            .map(|k| (k.body.clone(), k.count))
     }
 
-    pub(super) fn put(&mut self, seq: u64, body: Bytes, count: u64) {
-        self.0.retain(|(s, ..)| *s != seq);
-        self.0.push((seq, body, count));
-        // Only the newest two can be in flight or queued.
-        if self.0.len() > 2 {
-            self.0.remove(0);
-        }
+    pub(super) fn put(&mut self, kept: Kept) {
+        self.0.retain(|k| k.seq != kept.seq);
+        self.0.push(kept);
     }
 
     /// Batch `seq` is acknowledged: it and any before it are never sent again.
     pub(super) fn acknowledged(&mut self, seq: u64) {
-        self.0.retain(|(s, ..)| *s > seq);
+        self.0.retain(|k| k.seq > seq);
     }
 
     /// A new epoch or stream numbers its batches afresh.

@@ -20,11 +20,13 @@
 //!
 //! The parts: [`worker`] (a stream's state: its ledger, its status, its backoff), [`send`]
 //! (each step: creating the stream, cutting, sending and acknowledging batches, closing it),
+//! [`ahead`] (batches of a backlog cut and recorded while an earlier one is on the wire),
 //! [`resync`] (agreeing with the server again, and new epochs), [`fork`] (a fork's stream
 //! created as a fork of its parent's on the server), [`body`] (what a batch's
 //! body holds: the stored events, or what the relay filters make of them), [`quiet`]
 //! (rate-limited warnings); this file runs the stream's task.
 
+mod ahead;
 mod body;
 mod fork;
 mod quiet;

@@ -2,14 +2,14 @@
 //! (create the stream, resend the batch in flight, cut the next one, close the stream when
 //! its session ended, or nothing), records a batch in the ledger before it is sent, and reads
 //! the server's answer: acknowledged, or a resync, a backoff, a stop. While a batch is on the
-//! wire with a backlog behind it, the next one is cut and recorded, so that neither the log
-//! read nor the ledger's fsync waits for the server's answer.
+//! wire, batches behind it may be cut and recorded ([`super::ahead`]).
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use bytes::Bytes;
 
+use super::body::Kept;
 use super::worker::{Step, Worker};
 use crate::relay::ledger::Inflight;
 use crate::relay::remote::{CreateOutcome, PostOutcome, Remote};
@@ -163,12 +163,17 @@ impl Worker {
             close: false,
         };
         self.ledger.inflight = Some(f);
-        // Only ever queued behind a batch in flight: without one, a new cut replaces it.
-        self.ledger.queued = None;
+        // Only ever queued behind a batch in flight: without one, a new cut replaces them.
+        self.ledger.queued.clear();
         if let Err(e) = self.save().await {
             return self.back_off(e, None).await;
         }
-        self.bodies.put(f.seq, body, count);
+        self.bodies.put(Kept {
+            seq: f.seq,
+            body,
+            count,
+            _budget: None,
+        });
         self.send(f).await
     }
 
@@ -254,7 +259,12 @@ impl Worker {
                 match self.read(f.first_lsn, f.last_lsn, n, usize::MAX).await {
                     Ok(events) if events.last().map(|e| e.lsn) == Some(f.last_lsn) => {
                         let (body, count) = self.body_of(events).await;
-                        self.bodies.put(f.seq, body.clone(), count);
+                        self.bodies.put(Kept {
+                            seq: f.seq,
+                            body: body.clone(),
+                            count,
+                            _budget: None,
+                        });
                         (body, count)
                     }
                     Ok(_) => {
@@ -275,19 +285,19 @@ impl Worker {
         let Some(remote) = self.settings.remote.clone() else {
             return Step::Idle;
         };
-        let (outcome, next) = {
-            // The next cut is made under the same permit: only batches being sent hold a
-            // second body, so the relay's memory stays bounded by the parallel streams.
+        let (outcome, ahead) = {
             let _permit = self.shared.permits.acquire().await;
             let url = self.url();
             let post = remote.append(&url, self.ledger.epoch, f.seq, body.clone(), f.close);
-            tokio::join!(post, self.cut_next(f))
+            tokio::join!(post, self.cut_ahead(f))
         };
-        if let Some((q, body, count)) = next {
-            // The ledger on disk is this one, with the next batch queued.
-            self.ledger.queued = Some(q);
-            self.bodies.put(q.seq, body, count);
+        if !ahead.is_empty() {
+            // The ledger on disk is this one, with these batches queued.
             self.dirty = false;
+        }
+        for (q, kept) in ahead {
+            self.ledger.queued.push(q);
+            self.bodies.put(kept);
         }
         match outcome {
             PostOutcome::Stored { next_offset, .. } => {
@@ -362,47 +372,6 @@ impl Worker {
         }
     }
 
-    /// While batch `f` is on the wire: cuts the batch after it and writes it to the ledger as
-    /// queued. Only when a full batch waits behind it (a backlog): a live stream's next batch
-    /// is cut once the answer is in, as before, so that it takes what arrived meanwhile.
-    /// `None` when there is nothing to queue or something failed: the step after the answer
-    /// cuts the batch the usual way, and reports what fails.
-    async fn cut_next(&self, f: Inflight) -> Option<(Inflight, Bytes, u64)> {
-        let cfg = &self.settings.config;
-        let (max_events, max_bytes) = (cfg.batch_max_events, cfg.batch_max_bytes);
-        let committed = self.committed_lsn();
-        if f.close
-            || self.ledger.queued.is_some()
-            || committed.saturating_sub(f.last_lsn) < max_events as u64
-        {
-            return None;
-        }
-        let from = f.last_lsn + 1;
-        let events = self
-            .read(from, committed, max_events, max_bytes)
-            .await
-            .ok()?;
-        let last = events.last()?.lsn;
-        let (body, count) = self.body_of(events).await;
-        if count == 0 {
-            return None;
-        }
-        let q = Inflight {
-            seq: f.seq + 1,
-            first_lsn: from,
-            last_lsn: last,
-            close: false,
-        };
-        let mut ledger = self.ledger.clone();
-        ledger.queued = Some(q);
-        let (ledgers, session) = (self.shared.ledgers.clone(), self.session.clone());
-        tokio::task::spawn_blocking(move || ledgers.save(&session, &ledger))
-            .await
-            .ok()?
-            .ok()?;
-        Some((q, body, count))
-    }
-
     pub(super) fn acknowledged(
         &mut self,
         f: Inflight,
@@ -449,7 +418,7 @@ impl Worker {
         self.set_state(if f.close {
             State::Closed
         } else if self.ledger.inflight.is_some() {
-            // The queued batch is next: a backlog is still going out.
+            // A queued batch is next: a backlog is still going out.
             State::CatchingUp
         } else {
             State::Live
