@@ -25,6 +25,8 @@ const SYNC_POLL: Duration = Duration::from_millis(5);
 impl Worker {
     pub(super) async fn step(&mut self) -> Step {
         let Some(remote) = self.settings.remote.clone() else {
+            // The relay is off: nothing kept is sent before it is on again.
+            self.bodies.clear();
             return Step::Idle;
         };
         if !self.ledger.created {

@@ -148,6 +148,9 @@ impl Worker {
         tracing::debug!(session = %self.session, %reason, delay_ms = delay.as_millis() as u64, "relay: backing off");
         self.set_state(State::BackingOff { until_ms, reason });
         self.shared.totals.retries.fetch_add(1, Relaxed);
+        // Bodies cut ahead are read again from the log when the wait ends: meanwhile their
+        // share of the budget serves the streams that can send.
+        self.bodies.clear();
         // A configuration change or `dstream relay retry` ends the wait.
         let mut settings = self.shared.settings.subscribe();
         tokio::select! {
