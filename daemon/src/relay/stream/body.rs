@@ -10,6 +10,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::worker::Worker;
 use crate::plugins::{Hooks, Input, PluginSet};
+use crate::relay::shared::Shared;
 use crate::store::EventJson;
 
 /// Refused control messages stay local: relaying them back would let a server that sends
@@ -56,18 +57,27 @@ impl Bodies {
 
 impl Worker {
     /// The body of a batch: the events as stored, or what the relay filters make of them.
-    pub(super) async fn body_of(&self, mut events: Vec<EventJson>) -> (Bytes, u64) {
-        events.retain(|e| !e.is_type(KEPT_LOCAL));
-        let set = self.shared.plugins.borrow().clone();
-        if set.with(Hooks::RELAY).next().is_none() {
-            let n = events.len() as u64;
-            return (json_array(&events), n);
-        }
-        let session = self.session.clone();
-        tokio::task::spawn_blocking(move || filtered_array(&set, &session, &events))
-            .await
-            .unwrap_or_else(|_| (Bytes::new(), 0))
+    pub(super) async fn body_of(&self, events: Vec<EventJson>) -> (Bytes, u64) {
+        body_of(&self.shared, &self.session, events).await
     }
+}
+
+/// The body of a batch of `session` and how many events it holds (see [`Worker::body_of`]).
+pub(super) async fn body_of(
+    shared: &Shared,
+    session: &Arc<str>,
+    mut events: Vec<EventJson>,
+) -> (Bytes, u64) {
+    events.retain(|e| !e.is_type(KEPT_LOCAL));
+    let set = shared.plugins.borrow().clone();
+    if set.with(Hooks::RELAY).next().is_none() {
+        let n = events.len() as u64;
+        return (json_array(&events), n);
+    }
+    let session = session.clone();
+    tokio::task::spawn_blocking(move || filtered_array(&set, &session, &events))
+        .await
+        .unwrap_or_else(|_| (Bytes::new(), 0))
 }
 
 /// `[e1,e2,…]` from stored events, without parsing them.

@@ -26,11 +26,16 @@ impl Worker {
     pub(super) async fn step(&mut self) -> Step {
         let Some(remote) = self.settings.remote.clone() else {
             // The relay is off: nothing kept is sent before it is on again.
+            self.settle_cut().await;
             self.bodies.clear();
             return Step::Idle;
         };
         if !self.ledger.created {
             return self.create(&remote).await;
+        }
+        // Batches cut ahead are taken when ready, or waited for when nothing else is queued.
+        if self.cut_done() || (self.ledger.inflight.is_none() && self.cutting.is_some()) {
+            self.settle_cut().await;
         }
         if let Some(f) = self.ledger.inflight {
             return self.send(f).await;
@@ -287,20 +292,13 @@ impl Worker {
         let Some(remote) = self.settings.remote.clone() else {
             return Step::Idle;
         };
-        let (outcome, ahead) = {
+        self.cut_ahead();
+        let outcome = {
             let _permit = self.shared.permits.acquire().await;
-            let url = self.url();
-            let post = remote.append(&url, self.ledger.epoch, f.seq, body.clone(), f.close);
-            tokio::join!(post, self.cut_ahead(f))
+            remote
+                .append(&self.url(), self.ledger.epoch, f.seq, body.clone(), f.close)
+                .await
         };
-        if !ahead.is_empty() {
-            // The ledger on disk is this one, with these batches queued.
-            self.dirty = false;
-        }
-        for (q, kept) in ahead {
-            self.ledger.queued.push(q);
-            self.bodies.put(kept);
-        }
         match outcome {
             PostOutcome::Stored { next_offset, .. } => {
                 self.acknowledged(f, next_offset, body.len() as u64, count);
@@ -419,8 +417,8 @@ impl Worker {
         t.batches.fetch_add(1, Relaxed);
         self.set_state(if f.close {
             State::Closed
-        } else if self.ledger.inflight.is_some() {
-            // A queued batch is next: a backlog is still going out.
+        } else if self.ledger.inflight.is_some() || self.cutting.is_some() {
+            // Batches cut ahead are next: a backlog is still going out.
             State::CatchingUp
         } else {
             State::Live

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
+use super::ahead::Cutting;
 use super::body::Bodies;
 use super::quiet::QuietLog;
 use crate::relay::ledger::Ledger;
@@ -33,6 +34,8 @@ pub(super) struct Worker {
     pub(super) dirty: bool,
     /// The bodies of the batches in flight and queued, kept for resends.
     pub(super) bodies: Bodies,
+    /// Batches being cut ahead, if any.
+    pub(super) cutting: Option<Cutting>,
     pub(super) backoff: Backoff,
     /// Fences since the last acknowledged batch: a second means another producer is live.
     pub(super) fences: u32,
@@ -57,6 +60,7 @@ impl Worker {
     }
 
     pub(super) async fn load_ledger(&mut self) -> std::io::Result<()> {
+        self.settle_cut().await;
         let ledgers = self.shared.ledgers.clone();
         let session = self.session.clone();
         let ledger = tokio::task::spawn_blocking(move || ledgers.load(&session))
@@ -74,6 +78,8 @@ impl Worker {
     }
 
     pub(super) async fn save(&mut self) -> Result<(), String> {
+        // After the cut's own write, never before it: the last write is the ledger in force.
+        self.settle_cut().await;
         let ledgers = self.shared.ledgers.clone();
         let session = self.session.clone();
         let ledger = self.ledger.clone();
