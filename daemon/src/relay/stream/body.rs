@@ -26,7 +26,8 @@ pub(super) struct Kept {
     pub(super) seq: u64,
     pub(super) body: Bytes,
     pub(super) count: u64,
-    /// Released with the body (none for the batch in flight).
+    /// Its bytes of the budget for bodies cut ahead, released with it (none for a batch cut
+    /// after an answer or read again for a resend).
     pub(super) _budget: Option<OwnedSemaphorePermit>,
 }
 
