@@ -189,6 +189,54 @@ fn a_daemon_killed_mid_batch_resends_nothing_twice_after_restart() {
 }
 
 #[test]
+fn a_restart_resends_the_batch_queued_behind_the_one_in_flight_as_it_was_cut() {
+    let server = RemoteServer::start(ServerKind::Rust);
+    let mut d = Daemon::new(Some(""));
+    d.restart();
+    append_many(&d, "q", 300, "queued");
+    let local = d.client().read_all("q");
+    d.stop();
+    // The daemon stopped with batch 0 (LSNs 1..=100) in flight and batch 1 (101..=150, cut
+    // shorter than batch_max_events) queued behind it, both already on the server: the
+    // ledger still names them, as acks are written lazily.
+    let path = format!("/v1/stream/{PREFIX}/q");
+    let content = [("content-type", "application/json")];
+    let put = http(&server.addr(), "PUT", &path, &content, b"").unwrap();
+    assert!(put.status == 201, "PUT answered {}", put.status);
+    for (seq, range) in [("0", 0..100), ("1", 100..150)] {
+        let body = serde_json::to_vec(&local[range]).unwrap();
+        let headers = [
+            content[0],
+            ("producer-id", "dstream:t"),
+            ("producer-epoch", "7"),
+            ("producer-seq", seq),
+        ];
+        let r = http(&server.addr(), "POST", &path, &headers, &body).unwrap();
+        assert!(r.status == 200, "POST {seq} answered {}", r.status);
+    }
+    let ledger = json!({
+        "target": format!("{}/{PREFIX}", server.base_url()),
+        "created": true,
+        "epoch": 7,
+        "next_seq": 0,
+        "acked_lsn": 0,
+        "inflight": {"seq": 0, "first_lsn": 1, "last_lsn": 100},
+        "queued": [{"seq": 1, "first_lsn": 101, "last_lsn": 150}],
+    });
+    std::fs::create_dir_all(d.data_dir().join("relay")).unwrap();
+    std::fs::write(d.data_dir().join("relay/q.json"), ledger.to_string()).unwrap();
+    std::fs::write(
+        d.config_path().unwrap(),
+        relay_config(&server.base_url(), "batch_max_events = 100"),
+    )
+    .unwrap();
+    d.restart();
+    // Both are answered 204; cutting 101..=200 under seq 1 instead would lose 151..=200.
+    wait_relayed(&d, "q");
+    assert_remote_equals_local(&d, &server.base_url(), "q");
+}
+
+#[test]
 fn connections_cut_mid_response_cause_no_duplicate_and_no_gap() {
     let server = RemoteServer::start(ServerKind::Rust);
     let proxy = Proxy::start(

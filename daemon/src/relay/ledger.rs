@@ -5,6 +5,11 @@
 //! (`inflight`) before the POST is sent. After a crash the same range is sent again with the
 //! same `Producer-Seq`, and the server answers 204 if it already has it. A batch is never
 //! re-cut differently under a number the server may have seen.
+//!
+//! The batches after the one in flight may be recorded too (`queued`), several in one write
+//! that overlaps a POST; each leaves only once the one before it is acknowledged, so the
+//! server still sees one batch at a time, in order, and a restart resends them as they were
+//! cut.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -45,6 +50,11 @@ pub struct Ledger {
     pub remote_offset: Option<String>,
     #[serde(default)]
     pub inflight: Option<Inflight>,
+    /// The batches after `inflight`, consecutive in seq and LSNs, cut and written while an
+    /// earlier one was on the wire; each is sent after the one before it is acknowledged,
+    /// as it is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queued: Vec<Inflight>,
     /// The remote stream was closed (the session ended, or was archived).
     #[serde(default)]
     pub closed: bool,
@@ -107,6 +117,24 @@ impl Ledger {
     /// The last mark at or before `lsn`.
     pub fn mark_at_or_before(&self, lsn: u64) -> Option<&(u64, String)> {
         self.marks.iter().rev().find(|(l, _)| *l <= lsn)
+    }
+
+    /// Forgets the batches cut but not acknowledged: what follows numbers its batches afresh
+    /// (a new epoch, a new stream), and whatever of them reached the server was found first.
+    pub fn drop_batches(&mut self) {
+        self.inflight = None;
+        self.queued.clear();
+    }
+
+    /// The batch in flight is acknowledged: the first queued one, if it follows it, is next.
+    /// Queued batches that do not follow were never sent (each waits for the one before
+    /// it), so they are dropped and cut again.
+    pub fn promote_queued(&mut self, acked: &Inflight) {
+        if self.queued.first().is_some_and(|q| q.seq == acked.seq + 1) {
+            self.inflight = Some(self.queued.remove(0));
+        } else {
+            self.drop_batches();
+        }
     }
 
     /// This ledger if it describes `target`, else a fresh one for it.
@@ -211,6 +239,34 @@ mod tests {
     }
 
     #[test]
+    fn only_the_batch_right_after_the_acknowledged_one_goes_next() {
+        let batch = |seq, first_lsn, last_lsn| Inflight {
+            seq,
+            first_lsn,
+            last_lsn,
+            close: false,
+        };
+        let mut l = Ledger {
+            inflight: Some(batch(3, 1, 10)),
+            queued: vec![batch(4, 11, 20), batch(5, 21, 30)],
+            ..Ledger::default()
+        };
+        l.promote_queued(&batch(3, 1, 10));
+        assert_eq!(l.inflight, Some(batch(4, 11, 20)));
+        assert_eq!(l.queued, [batch(5, 21, 30)]);
+        // A queued batch that does not follow was never sent: it is cut again.
+        l.queued = vec![batch(9, 21, 30)];
+        l.promote_queued(&batch(4, 11, 20));
+        assert_eq!((l.inflight, l.queued.len()), (None, 0));
+        // A ledger from before `queued` existed reads as having none.
+        let old: Ledger = serde_json::from_str(
+            r#"{"epoch":1,"next_seq":2,"acked_lsn":5,"inflight":{"seq":2,"first_lsn":6,"last_lsn":9}}"#,
+        )
+        .unwrap();
+        assert_eq!((old.inflight, old.queued.len()), (Some(batch(2, 6, 9)), 0));
+    }
+
+    #[test]
     fn a_ledger_survives_a_round_trip_and_a_missing_one_is_fresh() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = LedgerDir::open(crate::vfs::os(), tmp.path()).unwrap();
@@ -228,6 +284,12 @@ mod tests {
                 last_lsn: 50,
                 close: false,
             }),
+            queued: vec![Inflight {
+                seq: 8,
+                first_lsn: 51,
+                last_lsn: 60,
+                close: false,
+            }],
             closed: false,
             closed_for_archive: false,
             stream: Some("s1~1".into()),

@@ -81,6 +81,7 @@ impl Relay {
             hub,
             ledgers,
             permits: Semaphore::new(config.max_parallel_streams),
+            ahead: Arc::new(Semaphore::new(shared::AHEAD_BYTES)),
             settings: watch::channel(settings).0,
             streams: Mutex::new(Streams::default()),
             slot_wanted: Notify::new(),

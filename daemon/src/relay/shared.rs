@@ -24,6 +24,8 @@ const MAX_IDLE_ENTRIES: usize = 4096;
 const MAX_RUNNING: usize = 256;
 /// Idle entries beyond the cap before they are trimmed (in one pass).
 const EVICT_SLACK: usize = 1024;
+/// Bytes of batch bodies the relay keeps cut ahead, all streams together.
+pub(super) const AHEAD_BYTES: usize = 16 << 20;
 
 /// Starts one stream's task and returns its handle.
 pub(super) type RunStream = fn(Arc<Shared>, Arc<str>, Arc<Notify>) -> tokio::task::AbortHandle;
@@ -44,6 +46,9 @@ pub(crate) struct Shared {
     pub(super) slot_wanted: Notify,
     /// Batches in flight across all streams.
     pub(super) permits: Semaphore,
+    /// Bytes of batch bodies cut ahead of the ones in flight, across all streams
+    /// ([`AHEAD_BYTES`]): what a backlog holds in memory beyond the batches being sent.
+    pub(super) ahead: Arc<Semaphore>,
     pub(super) totals: Totals,
 }
 

@@ -1778,7 +1778,7 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
     }
     let backlog = get(ours, "relay/rate").map_or("–".into(), |_| thousands(o.events));
     t.add(
-        format!("relay of a {backlog}-event backlog from the log to the reference server on loopback, events/s ({RELAY_BATCH}-event batches, one in flight, a durable ledger write per batch; reference column: a client POSTing the same-size batches from memory to the same server)"),
+        format!("relay of a {backlog}-event backlog from the log to the reference server on loopback, events/s ({RELAY_BATCH}-event batches, one in flight, each in the durable ledger before it leaves; reference column: a client POSTing the same-size batches from memory to the same server)"),
         get(ours, "relay/rate"),
         get(theirs, "bulk/s"),
         Better::Higher,

@@ -1,33 +1,84 @@
 //! What a batch's body holds: the stored events as a JSON array, built without parsing them,
 //! or, when plugins have `relay` functions, what those let out. Refused control messages
-//! never leave the machine.
+//! never leave the machine. The bodies of the batches in flight and queued are kept for
+//! resends.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
+use tokio::sync::OwnedSemaphorePermit;
 
 use super::worker::Worker;
 use crate::plugins::{Hooks, Input, PluginSet};
+use crate::relay::shared::Shared;
 use crate::store::EventJson;
 
 /// Refused control messages stay local: relaying them back would let a server that sends
 /// junk make the relay send it more.
 const KEPT_LOCAL: &str = "relay.control_rejected";
 
+/// The bodies of the batches cut and not yet acknowledged, by seq: the one in flight, and
+/// those queued behind it, each holding its bytes of the relay's budget for bodies cut ahead.
+#[derive(Default)]
+pub(super) struct Bodies(Vec<Kept>);
+
+pub(super) struct Kept {
+    pub(super) seq: u64,
+    pub(super) body: Bytes,
+    pub(super) count: u64,
+    /// Its bytes of the budget for bodies cut ahead, released with it (none for a batch cut
+    /// after an answer or read again for a resend).
+    pub(super) _budget: Option<OwnedSemaphorePermit>,
+}
+
+impl Bodies {
+    /// The body and event count of batch `seq`, if it is kept.
+    pub(super) fn get(&self, seq: u64) -> Option<(Bytes, u64)> {
+        self.0
+            .iter()
+            .find(|k| k.seq == seq)
+            .map(|k| (k.body.clone(), k.count))
+    }
+
+    pub(super) fn put(&mut self, kept: Kept) {
+        self.0.retain(|k| k.seq != kept.seq);
+        self.0.push(kept);
+    }
+
+    /// Batch `seq` is acknowledged: it and any before it are never sent again.
+    pub(super) fn acknowledged(&mut self, seq: u64) {
+        self.0.retain(|k| k.seq > seq);
+    }
+
+    /// A new epoch or stream numbers its batches afresh.
+    pub(super) fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
 impl Worker {
     /// The body of a batch: the events as stored, or what the relay filters make of them.
-    pub(super) async fn body_of(&self, mut events: Vec<EventJson>) -> (Bytes, u64) {
-        events.retain(|e| !e.is_type(KEPT_LOCAL));
-        let set = self.shared.plugins.borrow().clone();
-        if set.with(Hooks::RELAY).next().is_none() {
-            let n = events.len() as u64;
-            return (json_array(&events), n);
-        }
-        let session = self.session.clone();
-        tokio::task::spawn_blocking(move || filtered_array(&set, &session, &events))
-            .await
-            .unwrap_or_else(|_| (Bytes::new(), 0))
+    pub(super) async fn body_of(&self, events: Vec<EventJson>) -> (Bytes, u64) {
+        body_of(&self.shared, &self.session, events).await
     }
+}
+
+/// The body of a batch of `session` and how many events it holds (see [`Worker::body_of`]).
+pub(super) async fn body_of(
+    shared: &Shared,
+    session: &Arc<str>,
+    mut events: Vec<EventJson>,
+) -> (Bytes, u64) {
+    events.retain(|e| !e.is_type(KEPT_LOCAL));
+    let set = shared.plugins.borrow().clone();
+    if set.with(Hooks::RELAY).next().is_none() {
+        let n = events.len() as u64;
+        return (json_array(&events), n);
+    }
+    let session = session.clone();
+    tokio::task::spawn_blocking(move || filtered_array(&set, &session, &events))
+        .await
+        .unwrap_or_else(|_| (Bytes::new(), 0))
 }
 
 /// `[e1,e2,…]` from stored events, without parsing them.

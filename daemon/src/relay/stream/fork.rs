@@ -41,9 +41,9 @@ impl Worker {
                 l.remote_fork = true;
                 l.closed = false;
                 l.bytes_sent = 0;
-                l.inflight = None;
+                l.drop_batches();
                 l.marks.clear();
-                self.body = None;
+                self.bodies.clear();
                 tracing::info!(session = %self.session, %parent, from_lsn, fork_lsn = origin.fork_lsn, "relay: created the stream as a fork of its parent's");
                 if next_offset.as_deref() != Some(offset.as_str()) {
                     // Not the tail the fork must have: find out what the server made of it.

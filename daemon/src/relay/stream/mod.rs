@@ -20,11 +20,13 @@
 //!
 //! The parts: [`worker`] (a stream's state: its ledger, its status, its backoff), [`send`]
 //! (each step: creating the stream, cutting, sending and acknowledging batches, closing it),
+//! [`ahead`] (batches of a backlog cut and recorded while earlier ones are on the wire),
 //! [`resync`] (agreeing with the server again, and new epochs), [`fork`] (a fork's stream
 //! created as a fork of its parent's on the server), [`body`] (what a batch's
 //! body holds: the stored events, or what the relay filters make of them), [`quiet`]
 //! (rate-limited warnings); this file runs the stream's task.
 
+mod ahead;
 mod body;
 mod fork;
 mod quiet;
@@ -66,7 +68,8 @@ pub(super) async fn run(shared: Arc<Shared>, session: Arc<str>, wake: Arc<Notify
         settings,
         ledger: Ledger::default(),
         dirty: false,
-        body: None,
+        bodies: Default::default(),
+        cutting: None,
         fences: 0,
         end_checked: 0,
         was_idle: false,
@@ -139,6 +142,8 @@ pub(super) async fn run(shared: Arc<Shared>, session: Arc<str>, wake: Arc<Notify
 impl Worker {
     /// Stops for good (until the configuration changes), with the reason in `relay status`.
     async fn stop_failed(mut self, reason: String, control: AbortOnDrop) {
+        // A cut's write lands before a later task of this stream reads the ledger.
+        self.settle_cut().await;
         tracing::error!(session = %self.session, %reason, "relay stopped for this session until the configuration changes");
         self.save_if_dirty().await;
         self.fail(reason);

@@ -97,8 +97,8 @@ impl Worker {
             l.acked_lsn = l.acked_lsn.max(f);
         }
         l.remote_offset = (offset != "-1").then_some(offset);
-        l.inflight = None;
-        self.body = None;
+        l.drop_batches();
+        self.bodies.clear();
         self.claim_epoch(server_epoch);
         tracing::info!(session = %self.session, acked_lsn = self.ledger.acked_lsn, epoch = self.ledger.epoch, "relay: resynced with the remote stream");
         match self.save().await {

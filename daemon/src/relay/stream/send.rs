@@ -1,13 +1,15 @@
 //! Sending a stream's events, one batch at a time: each step decides what comes next
 //! (create the stream, resend the batch in flight, cut the next one, close the stream when
 //! its session ended, or nothing), records a batch in the ledger before it is sent, and reads
-//! the server's answer: acknowledged, or a resync, a backoff, a stop.
+//! the server's answer: acknowledged, or a resync, a backoff, a stop. While a batch is on the
+//! wire, batches behind it may be cut and recorded ([`super::ahead`]).
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use bytes::Bytes;
 
+use super::body::Kept;
 use super::worker::{Step, Worker};
 use crate::relay::ledger::Inflight;
 use crate::relay::remote::{CreateOutcome, PostOutcome, Remote};
@@ -23,10 +25,17 @@ const SYNC_POLL: Duration = Duration::from_millis(5);
 impl Worker {
     pub(super) async fn step(&mut self) -> Step {
         let Some(remote) = self.settings.remote.clone() else {
+            // The relay is off: nothing kept is sent before it is on again.
+            self.settle_cut().await;
+            self.bodies.clear();
             return Step::Idle;
         };
         if !self.ledger.created {
             return self.create(&remote).await;
+        }
+        // Batches cut ahead are taken when ready, or waited for when nothing else is queued.
+        if self.cut_done() || (self.ledger.inflight.is_none() && self.cutting.is_some()) {
+            self.settle_cut().await;
         }
         if let Some(f) = self.ledger.inflight {
             return self.send(f).await;
@@ -92,12 +101,12 @@ impl Worker {
                 // A continuation stream begins after the archived part.
                 self.ledger.acked_lsn = self.ledger.stream_start;
                 self.ledger.remote_offset = None;
-                self.ledger.inflight = None;
+                self.ledger.drop_batches();
                 self.ledger.bytes_sent = 0;
                 self.ledger.closed = false;
                 self.claim_epoch(0);
                 self.ledger.created = true;
-                self.body = None;
+                self.bodies.clear();
                 match self.save().await {
                     Ok(()) => Step::Continue,
                     Err(e) => self.back_off(e, None).await,
@@ -161,10 +170,17 @@ impl Worker {
             close: false,
         };
         self.ledger.inflight = Some(f);
+        // Only ever queued behind a batch in flight: without one, a new cut replaces them.
+        self.ledger.queued.clear();
         if let Err(e) = self.save().await {
             return self.back_off(e, None).await;
         }
-        self.body = Some((f.seq, body, count));
+        self.bodies.put(Kept {
+            seq: f.seq,
+            body,
+            count,
+            _budget: None,
+        });
         self.send(f).await
     }
 
@@ -231,9 +247,9 @@ impl Worker {
         l.closed_for_archive = false;
         l.remote_offset = None;
         l.marks.clear();
-        l.inflight = None;
+        l.drop_batches();
         l.next_seq = 0;
-        self.body = None;
+        self.bodies.clear();
         match self.save().await {
             Ok(()) => Step::Continue,
             Err(e) => self.back_off(e, None).await,
@@ -242,15 +258,20 @@ impl Worker {
 
     /// Sends the in-flight batch (again, after a crash or a retry: the same range).
     pub(super) async fn send(&mut self, f: Inflight) -> Step {
-        let (body, count) = match &self.body {
-            Some((seq, body, count)) if *seq == f.seq => (body.clone(), *count),
+        let (body, count) = match self.bodies.get(f.seq) {
+            Some(kept) => kept,
             _ if f.close && f.first_lsn > f.last_lsn => (Bytes::new(), 0),
             _ => {
                 let n = (f.last_lsn + 1 - f.first_lsn) as usize;
                 match self.read(f.first_lsn, f.last_lsn, n, usize::MAX).await {
                     Ok(events) if events.last().map(|e| e.lsn) == Some(f.last_lsn) => {
                         let (body, count) = self.body_of(events).await;
-                        self.body = Some((f.seq, body.clone(), count));
+                        self.bodies.put(Kept {
+                            seq: f.seq,
+                            body: body.clone(),
+                            count,
+                            _budget: None,
+                        });
                         (body, count)
                     }
                     Ok(_) => {
@@ -271,6 +292,7 @@ impl Worker {
         let Some(remote) = self.settings.remote.clone() else {
             return Step::Idle;
         };
+        self.cut_ahead();
         let outcome = {
             let _permit = self.shared.permits.acquire().await;
             remote
@@ -373,7 +395,7 @@ impl Worker {
         let l = &mut self.ledger;
         l.acked_lsn = l.acked_lsn.max(f.last_lsn);
         l.next_seq = f.seq + 1;
-        l.inflight = None;
+        l.promote_queued(&f);
         if let Some(o) = &next_offset {
             l.mark(f.last_lsn, o);
         }
@@ -385,7 +407,7 @@ impl Worker {
             l.closed = true;
         }
         self.dirty = true;
-        self.body = None;
+        self.bodies.acknowledged(f.seq);
         self.fences = 0;
         self.troubles = 0;
         self.backoff.reset();
@@ -393,6 +415,13 @@ impl Worker {
         t.events_sent.fetch_add(events, Relaxed);
         t.bytes_sent.fetch_add(bytes, Relaxed);
         t.batches.fetch_add(1, Relaxed);
-        self.set_state(if f.close { State::Closed } else { State::Live });
+        self.set_state(if f.close {
+            State::Closed
+        } else if self.ledger.inflight.is_some() || self.cutting.is_some() {
+            // Batches cut ahead are next: a backlog is still going out.
+            State::CatchingUp
+        } else {
+            State::Live
+        });
     }
 }

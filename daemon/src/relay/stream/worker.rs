@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
-use bytes::Bytes;
-
+use super::ahead::Cutting;
+use super::body::Bodies;
 use super::quiet::QuietLog;
 use crate::relay::ledger::Ledger;
 use crate::relay::settings::Settings;
@@ -32,8 +32,10 @@ pub(super) struct Worker {
     /// The ledger has progress not yet written (acks are written lazily: a resend after a
     /// crash is answered 204).
     pub(super) dirty: bool,
-    /// The body of the in-flight batch, kept for resends.
-    pub(super) body: Option<(u64, Bytes, u64)>,
+    /// The bodies of the batches in flight and queued, kept for resends.
+    pub(super) bodies: Bodies,
+    /// Batches being cut ahead, if any.
+    pub(super) cutting: Option<Cutting>,
     pub(super) backoff: Backoff,
     /// Fences since the last acknowledged batch: a second means another producer is live.
     pub(super) fences: u32,
@@ -58,13 +60,14 @@ impl Worker {
     }
 
     pub(super) async fn load_ledger(&mut self) -> std::io::Result<()> {
+        self.settle_cut().await;
         let ledgers = self.shared.ledgers.clone();
         let session = self.session.clone();
         let ledger = tokio::task::spawn_blocking(move || ledgers.load(&session))
             .await
             .map_err(std::io::Error::other)??;
         self.ledger = ledger.for_target(&self.settings.target);
-        self.body = None;
+        self.bodies.clear();
         self.dirty = false;
         let (acked, sent) = (self.ledger.acked_lsn, self.ledger.bytes_sent);
         self.shared.update(&self.session, |s| {
@@ -75,6 +78,8 @@ impl Worker {
     }
 
     pub(super) async fn save(&mut self) -> Result<(), String> {
+        // After the cut's own write, never before it: the last write is the ledger in force.
+        self.settle_cut().await;
         let ledgers = self.shared.ledgers.clone();
         let session = self.session.clone();
         let ledger = self.ledger.clone();
@@ -149,6 +154,9 @@ impl Worker {
         tracing::debug!(session = %self.session, %reason, delay_ms = delay.as_millis() as u64, "relay: backing off");
         self.set_state(State::BackingOff { until_ms, reason });
         self.shared.totals.retries.fetch_add(1, Relaxed);
+        // Bodies cut ahead are read again from the log when the wait ends: meanwhile their
+        // share of the budget serves the streams that can send.
+        self.bodies.clear();
         // A configuration change or `dstream relay retry` ends the wait.
         let mut settings = self.shared.settings.subscribe();
         tokio::select! {
