@@ -58,12 +58,6 @@ pub(super) struct Spec {
     pub(super) needles: Needles,
 }
 
-/// Twilio keys: `SK` and a lowercase hex digit.
-const TWILIO: &[&str] = &[
-    "SK0", "SK1", "SK2", "SK3", "SK4", "SK5", "SK6", "SK7", "SK8", "SK9", "SKa", "SKb", "SKc",
-    "SKd", "SKe", "SKf",
-];
-
 impl Spec {
     #[cfg(test)]
     pub(super) fn pattern(&self) -> &str {
@@ -109,11 +103,11 @@ pub(super) fn builtin() -> Vec<Spec> {
         // tokens anywhere. Classes stop at a backslash: in JSON-escaped text `\n` ends a line.
         spec(
             r#"(?i)(?:proxy-)?authorization\s*[:=]\s*["']?(?:(?:basic|bearer|token|digest|negotiate)\s+)?(?P<s>[^\s"',;\\]{4,})"#,
-            Needles::AnyCase(&["authorization"]),
+            Needles::AnyCase(&[("authorization", "riz")]),
         ),
         spec(
             r"(?i)(?-u:\b)bearer\s+(?P<s>[A-Za-z0-9._~+/-]{8,}=*)",
-            Needles::AnyCase(&["bearer"]),
+            Needles::AnyCase(&[("bearer", "rer")]),
         ),
         // GitHub.
         token(
@@ -169,11 +163,11 @@ pub(super) fn builtin() -> Vec<Spec> {
             r"dp\.(?:st|ct|sa|scim)\.[A-Za-z0-9_-]{20,}",
             &["dp.st.", "dp.ct.", "dp.sa.", "dp.scim."],
         ),
-        token(r"SK[0-9a-f]{32}", TWILIO),
+        token(r"SK[0-9a-f]{32}", &["SK"]),
         // Command-line credentials: curl -u user:pass, mysql -pX, --password X, --token=X.
         spec(
             r#"(?:^|\s)(?:-u|--user|--proxy-user)(?:\s+|=)["']?[^\s:"'\\]*:(?P<s>[^\s"'\\]+)"#,
-            Needles::Exact(&["-u"]),
+            Needles::FlagIs(&["-u", "--user", "--proxy-user"]),
         ),
         spec(
             r#"(?:mysql|mysqldump|mysqladmin|mariadb)(?-u:\b)[^\n]*?\s-p(?P<s>[^\s"'\\-][^\s"'\\]*)"#,
@@ -183,14 +177,23 @@ pub(super) fn builtin() -> Vec<Spec> {
             format!(
                 r"(?i)(?:^|\s)--?(?:[a-z0-9]+[-_])*(?:password|passwd|passphrase|pass|token|secret|api-?key|access-?key|secret-?key|auth|credentials?)(?:\s+|=){VALUE}"
             ),
-            Needles::AnyCase(&[
+            // The flag's last word, as the alternation spells it.
+            Needles::FlagEndingWith(&[
+                "password",
+                "passwd",
+                "passphrase",
                 "pass",
                 "token",
                 "secret",
-                "api",
-                "access",
+                "apikey",
+                "api-key",
+                "accesskey",
+                "access-key",
+                "secretkey",
+                "secret-key",
                 "auth",
                 "credential",
+                "credentials",
             ]),
         ),
         // Assignments whose name says secret: NAME=value, export NAME="a b", YAML
@@ -238,9 +241,9 @@ impl Rules {
         })
     }
 
-    /// Whether some rule may match `text` (false: none does).
-    pub fn may_match(&self, text: &str, keys: &SecretKeys) -> bool {
-        self.gate.may_match(text, keys)
+    /// The gate (see [`Gate`]).
+    pub fn gate(&self) -> &Gate {
+        &self.gate
     }
 
     /// `text` with every secret replaced, and how many were, or `None` when it has none.

@@ -26,11 +26,19 @@ pub enum Verdict {
 impl Redactor {
     /// The verdict on JSON text `json`, read as the walk reads JSON at depth `nested`.
     pub(super) fn scan(&self, json: &str, nested: u8) -> Verdict {
+        // One literal search for the whole text instead of one per string.
+        let literals = self.rules.gate().may_hold_literals(json);
+        self.scan_with(json, nested, literals)
+    }
+
+    /// [`Redactor::scan`]; `literals` false when no string in `json` holds a needle.
+    fn scan_with(&self, json: &str, nested: u8, literals: bool) -> Verdict {
         let found = Cell::new(false);
         let seed = Scan {
             redactor: self,
             secret: false,
             nested,
+            literals,
             found: &found,
         };
         // The same reader and end check as `serde_json::from_str::<Value>`, so the same
@@ -46,20 +54,21 @@ impl Redactor {
 
     /// Whether the walk may replace something in string `s` (see `walk::walk` and
     /// `redact_string`, which this follows branch for branch).
-    fn string_may_hold_secret(&self, s: &str, secret: bool, nested: u8) -> bool {
+    fn string_may_hold_secret(&self, s: &str, secret: bool, nested: u8, literals: bool) -> bool {
         if secret {
             return !s.is_empty() && s != self.replacement;
         }
         let t = s.trim_start();
         if nested < MAX_NESTED && (t.starts_with('{') || t.starts_with('[')) {
-            match self.scan(t, nested + 1) {
+            // Its strings are inside the outer text: the outer literal search covers them.
+            match self.scan_with(t, nested + 1, literals) {
                 Verdict::Clean => return false,
                 Verdict::Maybe => return true,
                 // The walk redacts it as plain text.
                 Verdict::Unreadable => {}
             }
         }
-        self.rules.may_match(s, &self.keys)
+        self.rules.gate().may_match_with(s, &self.keys, literals)
     }
 }
 
@@ -71,6 +80,8 @@ struct Scan<'a> {
     /// Under a secret key: every non-empty string is replaced.
     secret: bool,
     nested: u8,
+    /// Whether strings here may hold a needle of the gate.
+    literals: bool,
     found: &'a Cell<bool>,
 }
 
@@ -112,7 +123,7 @@ impl<'de> Visitor<'de> for Scan<'_> {
     fn visit_str<E: de::Error>(self, s: &str) -> Result<(), E> {
         if self
             .redactor
-            .string_may_hold_secret(s, self.secret, self.nested)
+            .string_may_hold_secret(s, self.secret, self.nested, self.literals)
         {
             self.found.set(true);
             return Err(E::custom("may hold a secret"));
