@@ -256,4 +256,15 @@ fn secret_keys_are_normalized_the_same_on_and_off_the_stack() {
     assert!(!keys.is_secret_assignment("stripe_key"));
     assert!(keys.is_secret_assignment("AWS_SECRET_ACCESS_KEY_ID"));
     assert!(keys.may_end_in_secret_assignment(b"nPASSWORD"));
+    // Names shorter than the quick checks' two or three letters are compared in full.
+    let short = SecretKeys::new(&["pw".into(), "x".into()]);
+    for (k, secret) in [
+        ("db_pw", true),
+        ("DB-PW2", true),
+        ("x", true),
+        ("max", true),
+    ] {
+        assert_eq!(short.is_secret_key(k), secret, "{k}");
+    }
+    assert!(!short.is_secret_key("pwd"));
 }
