@@ -268,3 +268,35 @@ fn secret_keys_are_normalized_the_same_on_and_off_the_stack() {
     }
     assert!(!short.is_secret_key("pwd"));
 }
+
+/// `cargo test --release -p dstream-daemon --lib -- --ignored --nocapture redaction_cost`:
+/// the store's entry point on every captured agent payload (as payload and raw), 20 times.
+#[test]
+#[ignore]
+fn redaction_cost() {
+    let r = redactor();
+    let events: Vec<NewEventRaw> = captured()
+        .iter()
+        .map(|l| {
+            let p: Box<RawValue> = serde_json::from_str(l).unwrap();
+            NewEventRaw {
+                event_type: "x".into(),
+                payload: Some(p.clone()),
+                raw: Some(p),
+                ..Default::default()
+            }
+        })
+        .collect();
+    let t = std::time::Instant::now();
+    let mut n = 0;
+    for _ in 0..20 {
+        for e in &events {
+            n += std::hint::black_box(r.guard(e.clone())).redactions;
+        }
+    }
+    let calls = 20 * events.len();
+    println!(
+        "redaction_cost: {calls} events, {:.2} µs/event, {n} redactions",
+        t.elapsed().as_secs_f64() * 1e6 / calls as f64
+    );
+}
