@@ -21,9 +21,10 @@ pub struct Redactor {
     pub(super) always: bool,
 }
 
-/// Anchors every rule needs (a superset: a hit only means "look closer"). They are matched
-/// on JSON text, where a string's characters may be escaped: `\uXXXX` for printable ASCII or
-/// `\/` send the event to the full walk, so escaping cannot hide a token from this check.
+/// The old pre-check, kept for fields that the scan cannot read (and so neither can the walk):
+/// such a field is withheld when one of these is in its text, and stored as it is otherwise,
+/// as before the scan. They are matched on JSON text, where a string's characters may be
+/// escaped: `\uXXXX` for printable ASCII or `\/` count as a hit.
 const ANCHORS: &[&str] = &[
     r"private key",
     r"eyj",
