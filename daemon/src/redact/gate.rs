@@ -37,6 +37,7 @@ pub enum Needles {
 pub(super) const FOLDS_TO_ASCII: &[&str] = &["\u{17F}", "\u{212A}"];
 
 /// A word to find in any case, and where its searched piece starts in it.
+#[derive(Clone, Copy)]
 struct AnyCaseWord {
     word: &'static str,
     at: usize,
@@ -46,9 +47,11 @@ pub struct Gate {
     /// The exact needles: case-sensitive and few, so the searcher uses its SIMD prefilter
     /// (a case-insensitive one cannot).
     exact: Option<AhoCorasick>,
-    /// Every case of each any-case word's piece, and for each pattern its word.
+    /// Every case of each any-case word's piece (all as long, so that a leftmost-first
+    /// search cannot report one piece in place of another at the same place), and for each
+    /// pattern the words it is a piece of.
     pieces: Option<AhoCorasick>,
-    piece_words: Vec<AnyCaseWord>,
+    piece_words: Vec<Vec<AnyCaseWord>>,
     /// Whether to look for the folds (there are any-case rules).
     folds: bool,
     flag_endings: Vec<&'static str>,
@@ -59,8 +62,8 @@ pub struct Gate {
 
 impl Gate {
     pub(super) fn new(specs: &[Spec]) -> Gate {
-        let (mut exact, mut pieces, mut piece_words): (Vec<&str>, Vec<String>, Vec<AnyCaseWord>) =
-            (Vec::new(), Vec::new(), Vec::new());
+        let mut exact: Vec<&str> = Vec::new();
+        let mut pieces: Vec<(String, Vec<AnyCaseWord>)> = Vec::new();
         let (mut flag_endings, mut flags) = (Vec::new(), Vec::new());
         let (mut assignments, mut any) = (false, false);
         for s in specs {
@@ -72,9 +75,12 @@ impl Gate {
                             any = true;
                             continue;
                         };
+                        let w = AnyCaseWord { word, at };
                         for variant in cases_of(piece) {
-                            pieces.push(variant);
-                            piece_words.push(AnyCaseWord { word, at });
+                            match pieces.iter_mut().find(|(p, _)| *p == variant) {
+                                Some((_, words)) => words.push(w),
+                                None => pieces.push((variant, vec![w])),
+                            }
                         }
                     }
                 }
@@ -85,9 +91,12 @@ impl Gate {
             }
         }
         // The flag words are matched in any case too.
-        let folds = !piece_words.is_empty() || !flag_endings.is_empty();
+        let folds = !pieces.is_empty() || !flag_endings.is_empty();
+        let same_length = pieces.windows(2).all(|w| w[0].0.len() == w[1].0.len());
+        let (piece_texts, piece_words): (Vec<String>, Vec<Vec<AnyCaseWord>>) =
+            pieces.into_iter().unzip();
         let (exact, ok_exact) = searcher(&exact);
-        let (pieces, ok_pieces) = searcher(&pieces);
+        let (pieces, ok_pieces) = searcher(&piece_texts);
         Gate {
             exact,
             pieces,
@@ -97,7 +106,7 @@ impl Gate {
             flags,
             assignments,
             // A searcher that cannot be built (none can, with these needles) lets all pass.
-            any: any || !ok_exact || !ok_pieces,
+            any: any || !ok_exact || !ok_pieces || !same_length,
         }
     }
 
@@ -130,10 +139,12 @@ impl Gate {
         // A piece whose word is not there may overlap one whose word is: go on right after
         // its start, not after its end.
         while let Some(m) = pieces.find(Input::new(text).span(from..text.len())) {
-            let w = &self.piece_words[m.pattern().as_usize()];
-            let start = m.start().checked_sub(w.at);
-            let word = start.and_then(|s| b.get(s..s + w.word.len()));
-            if word.is_some_and(|t| t.eq_ignore_ascii_case(w.word.as_bytes())) {
+            let found = self.piece_words[m.pattern().as_usize()].iter().any(|w| {
+                let start = m.start().checked_sub(w.at);
+                let word = start.and_then(|s| b.get(s..s + w.word.len()));
+                word.is_some_and(|t| t.eq_ignore_ascii_case(w.word.as_bytes()))
+            });
+            if found {
                 return true;
             }
             from = m.start() + 1;

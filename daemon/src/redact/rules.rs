@@ -65,7 +65,7 @@ impl Spec {
     }
 }
 
-fn spec(pattern: impl Into<String>, needles: Needles) -> Spec {
+pub(super) fn spec(pattern: impl Into<String>, needles: Needles) -> Spec {
     let check = match needles {
         Needles::Assignment => Check::SecretName,
         _ => Check::None,

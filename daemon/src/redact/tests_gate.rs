@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::gate::{FOLDS_TO_ASCII, Needles};
 use super::keys::SecretKeys;
-use super::rules::{Rules, builtin};
+use super::rules::{Rules, builtin, spec};
 use super::scan::Verdict;
 use super::tests::cases;
 use super::{RedactConfig, Redactor};
@@ -212,6 +212,26 @@ fn the_scan_reads_what_the_walk_reads_and_fails_where_it_fails() {
     // An unreadable field is still withheld when it may hold a secret, and kept when not.
     assert!(r.candidate(r#"{"n":1e400,"password":"FAKE"}"#));
     assert!(!r.candidate(r#"{"n":1e400,"ok":"fine"}"#));
+}
+
+#[test]
+fn any_case_words_are_found_whatever_piece_they_share() {
+    let keys = SecretKeys::new(&[]);
+    let shared = Rules::from_specs(vec![spec(
+        "(?i)bearer|referrer",
+        Needles::AnyCase(&[("bearer", "rer"), ("referrer", "rer")]),
+    )])
+    .unwrap();
+    assert!(shared.gate().may_match("a ReFeRrEr here", &keys));
+    assert!(shared.gate().may_match("BEARER", &keys));
+    assert!(!shared.gate().may_match("a rer and a bear", &keys));
+    // Pieces of different lengths could hide each other: such a gate lets everything by.
+    let uneven = Rules::from_specs(vec![spec(
+        "(?i)bearer|token",
+        Needles::AnyCase(&[("bearer", "rer"), ("token", "ok")]),
+    )])
+    .unwrap();
+    assert!(uneven.gate().may_match("nothing", &keys));
 }
 
 #[test]
