@@ -4,14 +4,17 @@
 //! `on_event` see them redacted too).
 //!
 //! `config` is the `[redact]` section, `rules` the patterns that find secrets in text,
-//! `keys` which names are secret, `walk` the JSON walker, `event` the store's entry point
+//! `gate` which texts any rule can match, `keys` which names are secret, `scan` the one-pass
+//! pre-check of a field's JSON text, `walk` the JSON walker, `event` the store's entry point
 //! (with its fail-closed path).
 
 pub mod config;
 mod event;
+mod gate;
 mod keys;
 mod redactor;
 mod rules;
+mod scan;
 mod shared;
 mod walk;
 
@@ -22,3 +25,5 @@ pub use shared::Shared;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_gate;

@@ -6,6 +6,7 @@ use serde_json::{Map, Value, json};
 
 use super::keys;
 use super::rules::{self, PatternError};
+use super::scan::Verdict;
 use crate::config::RedactConfig;
 
 /// A compiled redaction configuration; cheap to share (`Arc`).
@@ -13,16 +14,17 @@ pub struct Redactor {
     pub(super) replacement: String,
     pub(super) keys: keys::SecretKeys,
     pub(super) rules: rules::Rules,
-    /// On the raw JSON text of a field: can anything in it be a secret? Most events have no
-    /// such text and skip parsing altogether.
+    /// On the raw JSON text of a field that `scan` cannot read: can anything in it be a
+    /// secret? (Such a field is withheld when it can, as it always was.)
     pub(super) anchors: Regex,
     /// With user patterns, any text can hold a secret: every field is walked.
     pub(super) always: bool,
 }
 
-/// Anchors every rule needs (a superset: a hit only means "look closer"). They are matched
-/// on JSON text, where a string's characters may be escaped: `\uXXXX` for printable ASCII or
-/// `\/` send the event to the full walk, so escaping cannot hide a token from this check.
+/// The old pre-check, kept for fields that the scan cannot read (and so neither can the walk):
+/// such a field is withheld when one of these is in its text, and stored as it is otherwise,
+/// as before the scan. They are matched on JSON text, where a string's characters may be
+/// escaped: `\uXXXX` for printable ASCII or `\/` count as a hit.
 const ANCHORS: &[&str] = &[
     r"private key",
     r"eyj",
@@ -97,7 +99,12 @@ impl Redactor {
 
     /// Whether JSON text `json` may hold a secret (false: it certainly holds none).
     pub fn candidate(&self, json: &str) -> bool {
-        self.always || self.anchors.is_match(json)
+        match self.scan(json, 0) {
+            Verdict::Clean => false,
+            Verdict::Maybe => true,
+            // Parsing it will fail: the field is withheld if it may hold a secret.
+            Verdict::Unreadable => self.always || self.anchors.is_match(json),
+        }
     }
 
     /// Redacts an event's `payload`, `metadata` and `raw` in place, and adds the count to

@@ -7,6 +7,7 @@
 
 use regex::{Captures, Regex, RegexSet};
 
+use super::gate::{Gate, Needles};
 use super::keys::SecretKeys;
 
 /// Before a token: the start of the text, a character that cannot be part of it, or a JSON
@@ -38,6 +39,8 @@ pub struct Rules {
     value_at: Regex,
     /// Which rules can match a text at all, in one pass.
     set: RegexSet,
+    /// Whether any rule can match a text: most texts skip the set.
+    gate: Gate,
 }
 
 /// A pattern that does not compile (only user-given `extra_patterns` can be).
@@ -48,80 +51,157 @@ pub struct PatternError {
     pub error: String,
 }
 
-fn builtin() -> Vec<(String, Check)> {
-    let token = |body: &str| (format!("{L}(?P<s>{body})"), Check::None);
+/// A rule as written: its pattern, its check, and what text it can match at all.
+pub(super) struct Spec {
+    pattern: String,
+    check: Check,
+    pub(super) needles: Needles,
+}
+
+impl Spec {
+    #[cfg(test)]
+    pub(super) fn pattern(&self) -> &str {
+        &self.pattern
+    }
+}
+
+pub(super) fn spec(pattern: impl Into<String>, needles: Needles) -> Spec {
+    let check = match needles {
+        Needles::Assignment => Check::SecretName,
+        _ => Check::None,
+    };
+    Spec {
+        pattern: pattern.into(),
+        check,
+        needles,
+    }
+}
+
+/// The built-in rules. Each names literals one of which every match contains (see `Needles`):
+/// a rule changed here must keep its needles true, or the gate skips text it would match.
+pub(super) fn builtin() -> Vec<Spec> {
+    let token = |body: &str, needles: &'static [&'static str]| {
+        spec(format!("{L}(?P<s>{body})"), Needles::Exact(needles))
+    };
     vec![
         // PEM and PGP private keys, the whole block; without an END, to the end of the text.
-        (
-            r"(?P<s>-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----(?s:.*?)(?:-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|\z))".into(),
-            Check::None,
+        spec(
+            r"(?P<s>-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----(?s:.*?)(?:-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|\z))",
+            Needles::Exact(&["-----BEGIN"]),
         ),
         // JSON Web Tokens (header.payload.signature; both start `{"` in base64url).
-        token(r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"),
+        token(
+            r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",
+            &["eyJ"],
+        ),
         // Credentials in URLs: scheme://user:password@host keeps all but the password.
-        (
-            r#"[A-Za-z][A-Za-z0-9+.-]{1,20}://[^\s/:@"'<>\\]*:(?P<s>[^\s/@"'<>\\]+)@"#.into(),
-            Check::None,
+        spec(
+            r#"[A-Za-z][A-Za-z0-9+.-]{1,20}://[^\s/:@"'<>\\]*:(?P<s>[^\s/@"'<>\\]+)@"#,
+            Needles::Exact(&["://"]),
         ),
         // HTTP authorization headers, any scheme (the first credential token); then bearer
-    // tokens anywhere. Classes stop at a backslash: in JSON-escaped text `\n` ends a line.
-        (
-            r#"(?i)(?:proxy-)?authorization\s*[:=]\s*["']?(?:(?:basic|bearer|token|digest|negotiate)\s+)?(?P<s>[^\s"',;\\]{4,})"#.into(),
-            Check::None,
+        // tokens anywhere. Classes stop at a backslash: in JSON-escaped text `\n` ends a line.
+        spec(
+            r#"(?i)(?:proxy-)?authorization\s*[:=]\s*["']?(?:(?:basic|bearer|token|digest|negotiate)\s+)?(?P<s>[^\s"',;\\]{4,})"#,
+            Needles::AnyCase(&[("authorization", "riz")]),
         ),
-        (
-            r"(?i)(?-u:\b)bearer\s+(?P<s>[A-Za-z0-9._~+/-]{8,}=*)".into(),
-            Check::None,
+        spec(
+            r"(?i)(?-u:\b)bearer\s+(?P<s>[A-Za-z0-9._~+/-]{8,}=*)",
+            Needles::AnyCase(&[("bearer", "rer")]),
         ),
         // GitHub.
-        token(r"gh[pousr]_[A-Za-z0-9]{20,}"),
-        token(r"github_pat_[A-Za-z0-9_]{20,}"),
+        token(
+            r"gh[pousr]_[A-Za-z0-9]{20,}",
+            &["ghp_", "gho_", "ghu_", "ghs_", "ghr_"],
+        ),
+        token(r"github_pat_[A-Za-z0-9_]{20,}", &["github_pat_"]),
         // AWS access key ids (long-lived and temporary).
-        token(r"(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA|APKA)[0-9A-Z]{16}"),
+        token(
+            r"(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA|APKA)[0-9A-Z]{16}",
+            &[
+                "AKIA", "ASIA", "ABIA", "ACCA", "AGPA", "AIDA", "AROA", "AIPA", "ANPA", "ANVA",
+                "APKA",
+            ],
+        ),
         // Anthropic, OpenAI (sk-, sk-proj-, sk-ant-...), Stripe secret and restricted keys.
-        token(r"sk-[A-Za-z0-9_-]{20,}"),
-        token(r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,}"),
-        token(r"whsec_[A-Za-z0-9]{20,}"),
+        token(r"sk-[A-Za-z0-9_-]{20,}", &["sk-"]),
+        token(
+            r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,}",
+            &["k_live_", "k_test_"],
+        ),
+        token(r"whsec_[A-Za-z0-9]{20,}", &["whsec_"]),
         // Slack.
-        token(r"xox[abprse]-[A-Za-z0-9-]{10,}"),
-        token(r"xapp-[0-9]-[A-Za-z0-9-]{10,}"),
+        token(r"xox[abprse]-[A-Za-z0-9-]{10,}", &["xox"]),
+        token(r"xapp-[0-9]-[A-Za-z0-9-]{10,}", &["xapp-"]),
         // Google API keys and OAuth access tokens.
-        token(r"AIza[0-9A-Za-z_-]{30,}"),
-        token(r"ya29\.[0-9A-Za-z_-]{20,}"),
+        token(r"AIza[0-9A-Za-z_-]{30,}", &["AIza"]),
+        token(r"ya29\.[0-9A-Za-z_-]{20,}", &["ya29."]),
         // npm, Hugging Face, GitLab, PyPI, DigitalOcean, Shopify, Vault, SendGrid, Linear,
         // Doppler, Twilio.
-        token(r"npm_[A-Za-z0-9]{30,}"),
-        token(r"hf_[A-Za-z0-9]{30,}"),
-        token(r"gl(?:pat|ptt|rt|dt|cbt|oas)-[A-Za-z0-9_-]{20,}"),
-        token(r"pypi-[A-Za-z0-9_-]{40,}"),
-        token(r"do[por]_v1_[a-f0-9]{40,}"),
-        token(r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}"),
-        token(r"hv[sbr]\.[A-Za-z0-9_-]{20,}"),
-        token(r"SG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}"),
-        token(r"lin_(?:api|oauth)_[A-Za-z0-9]{30,}"),
-        token(r"dp\.(?:st|ct|sa|scim)\.[A-Za-z0-9_-]{20,}"),
-        token(r"SK[0-9a-f]{32}"),
+        token(r"npm_[A-Za-z0-9]{30,}", &["npm_"]),
+        token(r"hf_[A-Za-z0-9]{30,}", &["hf_"]),
+        token(
+            r"gl(?:pat|ptt|rt|dt|cbt|oas)-[A-Za-z0-9_-]{20,}",
+            &["glpat-", "glptt-", "glrt-", "gldt-", "glcbt-", "gloas-"],
+        ),
+        token(r"pypi-[A-Za-z0-9_-]{40,}", &["pypi-"]),
+        token(
+            r"do[por]_v1_[a-f0-9]{40,}",
+            &["dop_v1_", "doo_v1_", "dor_v1_"],
+        ),
+        token(
+            r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}",
+            &["shpat_", "shpca_", "shppa_", "shpss_"],
+        ),
+        token(r"hv[sbr]\.[A-Za-z0-9_-]{20,}", &["hvs.", "hvb.", "hvr."]),
+        token(r"SG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}", &["SG."]),
+        token(
+            r"lin_(?:api|oauth)_[A-Za-z0-9]{30,}",
+            &["lin_api_", "lin_oauth_"],
+        ),
+        token(
+            r"dp\.(?:st|ct|sa|scim)\.[A-Za-z0-9_-]{20,}",
+            &["dp.st.", "dp.ct.", "dp.sa.", "dp.scim."],
+        ),
+        token(r"SK[0-9a-f]{32}", &["SK"]),
         // Command-line credentials: curl -u user:pass, mysql -pX, --password X, --token=X.
-        (
-            r#"(?:^|\s)(?:-u|--user|--proxy-user)(?:\s+|=)["']?[^\s:"'\\]*:(?P<s>[^\s"'\\]+)"#.into(),
-            Check::None,
+        spec(
+            r#"(?:^|\s)(?:-u|--user|--proxy-user)(?:\s+|=)["']?[^\s:"'\\]*:(?P<s>[^\s"'\\]+)"#,
+            Needles::FlagIs(&["-u", "--user", "--proxy-user"]),
         ),
-        (
-            r#"(?:mysql|mysqldump|mysqladmin|mariadb)(?-u:\b)[^\n]*?\s-p(?P<s>[^\s"'\\-][^\s"'\\]*)"#.into(),
-            Check::None,
+        spec(
+            r#"(?:mysql|mysqldump|mysqladmin|mariadb)(?-u:\b)[^\n]*?\s-p(?P<s>[^\s"'\\-][^\s"'\\]*)"#,
+            Needles::Exact(&["mysql", "mariadb"]),
         ),
-        (
+        spec(
             format!(
                 r"(?i)(?:^|\s)--?(?:[a-z0-9]+[-_])*(?:password|passwd|passphrase|pass|token|secret|api-?key|access-?key|secret-?key|auth|credentials?)(?:\s+|=){VALUE}"
             ),
-            Check::None,
+            // The flag's last word, as the alternation spells it.
+            Needles::FlagEndingWith(&[
+                "password",
+                "passwd",
+                "passphrase",
+                "pass",
+                "token",
+                "secret",
+                "apikey",
+                "api-key",
+                "accesskey",
+                "access-key",
+                "secretkey",
+                "secret-key",
+                "auth",
+                "credential",
+                "credentials",
+            ]),
         ),
         // Assignments whose name says secret: NAME=value, export NAME="a b", YAML
         // `password: x`, `"api_key": "..."` in text that is not JSON by itself. The value
         // is matched by `VALUE_AT` after a key that names a secret (see `assignments`).
-        (
-            r#"(?:^|\\[ntr]|[^A-Za-z0-9_.-])(?:\\?["'])?(?P<k>[A-Za-z_][A-Za-z0-9_.-]*)(?:\\?["'])?[ \t]*(?:=|:)[ \t]*"#.into(),
-            Check::SecretName,
+        spec(
+            r#"(?:^|\\[ntr]|[^A-Za-z0-9_.-])(?:\\?["'])?(?P<k>[A-Za-z_][A-Za-z0-9_.-]*)(?:\\?["'])?[ \t]*(?:=|:)[ \t]*"#,
+            Needles::Assignment,
         ),
     ]
 }
@@ -130,17 +210,22 @@ impl Rules {
     pub fn new(extra: &[String]) -> Result<Rules, PatternError> {
         let mut specs = builtin();
         for p in extra {
-            specs.push((format!("(?P<s>{p})"), Check::None));
+            specs.push(spec(format!("(?P<s>{p})"), Needles::Any));
         }
+        Rules::from_specs(specs)
+    }
+
+    pub(super) fn from_specs(specs: Vec<Spec>) -> Result<Rules, PatternError> {
         let mut rules = Vec::with_capacity(specs.len());
-        for (pattern, check) in &specs {
-            let re = Regex::new(pattern).map_err(|e| PatternError {
-                pattern: pattern.clone(),
+        for s in &specs {
+            let re = Regex::new(&s.pattern).map_err(|e| PatternError {
+                pattern: s.pattern.clone(),
                 error: e.to_string(),
             })?;
-            rules.push(Rule { re, check: *check });
+            rules.push(Rule { re, check: s.check });
         }
-        let set = RegexSet::new(specs.iter().map(|(p, _)| p)).map_err(|e| PatternError {
+        let gate = Gate::new(&specs);
+        let set = RegexSet::new(specs.iter().map(|s| &s.pattern)).map_err(|e| PatternError {
             pattern: "(the set of all patterns)".into(),
             error: e.to_string(),
         })?;
@@ -152,11 +237,30 @@ impl Rules {
             rules,
             value_at,
             set,
+            gate,
         })
+    }
+
+    /// The gate (see [`Gate`]).
+    pub fn gate(&self) -> &Gate {
+        &self.gate
     }
 
     /// `text` with every secret replaced, and how many were, or `None` when it has none.
     pub fn redact(
+        &self,
+        text: &str,
+        keys: &SecretKeys,
+        replacement: &str,
+    ) -> Option<(String, usize)> {
+        if !self.gate.may_match(text, keys) {
+            return None;
+        }
+        self.redact_ungated(text, keys, replacement)
+    }
+
+    /// [`Rules::redact`] without the gate.
+    pub(super) fn redact_ungated(
         &self,
         text: &str,
         keys: &SecretKeys,

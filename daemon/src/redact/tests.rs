@@ -13,7 +13,7 @@ fn redactor() -> Redactor {
 }
 
 /// (probe that must not survive, text that holds it) for every corpus line in every place.
-fn cases() -> Vec<(String, String)> {
+pub(super) fn cases() -> Vec<(String, String)> {
     let mut out = Vec::new();
     for line in CORPUS
         .lines()

@@ -6,7 +6,7 @@ use super::redactor::Redactor;
 
 /// How many JSON documents inside strings inside strings are opened (an MCP result holding
 /// JSON text holding JSON text); deeper ones are redacted as plain text.
-const MAX_NESTED: u8 = 3;
+pub(super) const MAX_NESTED: u8 = 3;
 
 impl Redactor {
     /// Redacts every string in `v`; returns how many secrets were replaced.
