@@ -72,6 +72,7 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
             .store
             .wal_bytes
             .max(2 * config.daemon.max_frame_bytes as u64 + (1 << 20)),
+        pipeline_syncs_over: crate::store::PIPELINE_SYNCS_OVER,
     };
     let hub = Hub::new(config.subscriptions.live_buffer_bytes);
     let (store, notes) = Store::open(&data_dir, settings, hub.clone()).await?;

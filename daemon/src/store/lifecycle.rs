@@ -179,6 +179,7 @@ mod tests {
             verify_on_start: true,
             max_open_files: 16,
             wal_bytes: 64 << 20,
+            pipeline_syncs_over: crate::store::PIPELINE_SYNCS_OVER,
         };
         let hub = crate::hub::Hub::new(1 << 20);
         let (store, _) = Store::open(dir.path(), settings, hub).await.unwrap();

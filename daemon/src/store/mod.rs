@@ -58,8 +58,8 @@ pub use repair::RepairReport;
 pub use session::{EventJson, Quarantine, Session, SessionMeta, SessionState};
 pub use tombstone::Tombstone;
 pub use types::{
-    AppendAck, BeforeAppend, Compressed, ForkOrigin, MAX_LABEL_LEN, NewEventRaw, RecoveryNote,
-    StoreSettings, StoreStats, validate_event,
+    AppendAck, BeforeAppend, Compressed, ForkOrigin, MAX_LABEL_LEN, NewEventRaw,
+    PIPELINE_SYNCS_OVER, RecoveryNote, StoreSettings, StoreStats, validate_event,
 };
 
 use crate::vfs::{Vfs, VfsLock};

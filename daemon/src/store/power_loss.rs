@@ -97,6 +97,9 @@ pub(crate) fn settings(rng: &mut SimRng) -> StoreSettings {
         max_open_files: 1 + rng.below(4) as usize,
         // Tiny: the log wraps every few batches.
         wal_bytes: (16 << 10) + rng.below(48 << 10),
+        // Where a seed runs threads: always pipelined, or switching between the sync thread
+        // and the commit thread as the (simulated, microsecond) syncs' average crosses this.
+        pipeline_syncs_over: std::time::Duration::from_micros([0, 2, 8][rng.below(3) as usize]),
     }
 }
 
@@ -538,6 +541,7 @@ mod wal_wrap {
             verify_on_start: true,
             max_open_files: 16,
             wal_bytes: 16 << 10,
+            pipeline_syncs_over: crate::store::PIPELINE_SYNCS_OVER,
         };
         let (store, _) = Store::open(dir.path(), settings, Hub::new(1 << 20))
             .await

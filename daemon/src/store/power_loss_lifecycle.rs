@@ -22,6 +22,7 @@ fn settings() -> super::StoreSettings {
         verify_on_start: true,
         max_open_files: 4,
         wal_bytes: 64 << 10,
+        pipeline_syncs_over: super::PIPELINE_SYNCS_OVER,
     }
 }
 

@@ -23,7 +23,15 @@ pub struct StoreSettings {
     pub max_open_files: usize,
     /// Size of the shared write-ahead log; a checkpoint runs each time it fills.
     pub wal_bytes: u64,
+    /// Under `fsync = "always"`: while the WAL's syncs take longer than this (a moving
+    /// average), each is made on the sync thread while the next batch is written; while they
+    /// are quicker, on the commit thread, which saves the hand-over (see `commit::syncer`).
+    pub pipeline_syncs_over: std::time::Duration,
 }
+
+/// The default of [`StoreSettings::pipeline_syncs_over`]: about what handing a batch to
+/// another thread and back costs when the CPU is the bound.
+pub const PIPELINE_SYNCS_OVER: std::time::Duration = std::time::Duration::from_micros(200);
 
 #[derive(Debug, Default)]
 pub struct StoreStats {

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
 
 use super::durable::publish;
 use super::messages::{Append, fail_all};
@@ -32,6 +33,7 @@ impl Committer {
             }
             return;
         }
+        let pipelined = self.choose_pipelining();
         // One group per session, in order of first appearance; order within a session kept.
         let mut must_sync = self.settings.fsync == FsyncPolicy::Always;
         let mut groups: Vec<Group> = Vec::new();
@@ -101,11 +103,17 @@ impl Committer {
         } else if wal_buf.len() > self.wal.room() {
             Err(io::Error::other("batch larger than the write-ahead log"))
         } else {
-            // With a sync thread, the sync comes after this batch is handed over.
-            let sync_here = must_sync && self.syncer.is_none();
-            self.wal
-                .write(&wal_buf)
-                .and_then(|()| if sync_here { self.wal.sync() } else { Ok(()) })
+            // Pipelined, the sync comes after this batch is handed over.
+            let sync_here = must_sync && !pipelined;
+            self.wal.write(&wal_buf).and_then(|()| {
+                if !sync_here {
+                    return Ok(());
+                }
+                let started = Instant::now();
+                let synced = self.wal.sync();
+                self.sync_cost.record(started.elapsed());
+                synced
+            })
         };
         if let Err(e) = outcome {
             tracing::error!(error = %e, "writing the write-ahead log failed; the batch is refused");
@@ -122,8 +130,9 @@ impl Committer {
         for w in &written {
             self.advance(w);
         }
-        if let Some(syncer) = &self.syncer {
+        if pipelined && let Some(syncer) = &self.syncer {
             syncer.submit(written);
+            self.handed_over = true;
             return;
         }
         for (session, (upto, step)) in leases {

@@ -13,9 +13,12 @@
 //! leaves nothing in the write-ahead log to replay; readers see an event only once its batch
 //! is durable (`committed_lsn` moves after the sync).
 //!
-//! Under `fsync = "always"` the sync itself runs on a second thread ([`syncer`]): the commit
-//! thread writes the next batch while the current one syncs, and a batch is answered only
-//! after a sync that began once it was written.
+//! Under `fsync = "always"`, while the disk's syncs are slow, the sync itself runs on a second
+//! thread ([`syncer`]): the commit thread writes the next batch while the current one syncs,
+//! and a batch is answered only after a sync that began once it was written. While syncs are
+//! quick (the CPU, not the disk, is the bound), the commit thread syncs itself and saves the
+//! hand-over; the choice follows a moving average of the syncs' time
+//! (`StoreSettings::pipeline_syncs_over`).
 //!
 //! The parts:
 //! - [`thread`]: the thread, gathering batches and syncing the WAL by policy;

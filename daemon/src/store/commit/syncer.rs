@@ -1,7 +1,8 @@
-//! The pipelined sync, under `fsync = "always"` on a real disk: the write-ahead log's
-//! `fdatasync` runs on its own thread, so the commit thread writes the next batch (logs and
-//! WAL, into the page cache) while the current one is syncing, instead of waiting for the
-//! disk between batches.
+//! The pipelined sync, under `fsync = "always"` on a real disk whose syncs are slow: the
+//! write-ahead log's `fdatasync` runs on its own thread, so the commit thread writes the next
+//! batch (logs and WAL, into the page cache) while the current one is syncing, instead of
+//! waiting for the disk between batches. Where syncs are quick the hand-over costs more than
+//! it saves, and the commit thread syncs itself ([`SyncCost`] tells which).
 //!
 //! The promise is unchanged: an append is acknowledged, published and counted as committed
 //! only after a sync that started after its WAL record was written. Batches are handed over
@@ -13,10 +14,12 @@
 //! every one written after it are refused, and the commit thread is handed their logs' old
 //! lengths to cut them back to (it alone writes the logs, so no write races the cut).
 
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use super::durable::publish;
 use super::messages::fail_all;
@@ -41,6 +44,28 @@ enum Job {
 /// A log to cut back after a failed sync: the session and the length before the batch.
 pub(super) type CutBack = (Arc<Session>, u64);
 
+/// How long the WAL's syncs take: a moving average (7/8 old, 1/8 new) in nanoseconds,
+/// updated by whichever thread syncs.
+#[derive(Debug, Default)]
+pub(super) struct SyncCost(AtomicU64);
+
+impl SyncCost {
+    pub(super) fn record(&self, took: Duration) {
+        let new = took.as_nanos().min(u64::MAX as u128) as u64;
+        let old = self.0.load(Relaxed);
+        let avg = if old == 0 {
+            new
+        } else {
+            old - old / 8 + new / 8
+        };
+        self.0.store(avg.max(1), Relaxed);
+    }
+
+    pub(super) fn get(&self) -> Duration {
+        Duration::from_nanos(self.0.load(Relaxed))
+    }
+}
+
 pub(super) struct Syncer {
     jobs: Option<SyncSender<Job>>,
     cut_backs: Receiver<CutBack>,
@@ -51,7 +76,12 @@ pub(super) struct Syncer {
 impl Syncer {
     /// Starts the sync thread for the write-ahead log `wal`. `None` if no thread can be had
     /// (the commit thread then syncs inline, as under a simulated disk).
-    pub(super) fn start(wal: VfsFileRef, hub: Arc<Hub>, stats: Arc<StoreStats>) -> Option<Self> {
+    pub(super) fn start(
+        wal: VfsFileRef,
+        hub: Arc<Hub>,
+        stats: Arc<StoreStats>,
+        cost: Arc<SyncCost>,
+    ) -> Option<Self> {
         let (jobs, jobs_rx) = mpsc::sync_channel(QUEUED_BATCHES);
         let (cut_tx, cut_backs) = mpsc::channel();
         let failure = Arc::new(OnceLock::new());
@@ -59,6 +89,7 @@ impl Syncer {
             wal,
             hub,
             stats,
+            cost,
             failure: failure.clone(),
             cut_backs: cut_tx,
         };
@@ -127,6 +158,7 @@ struct SyncThread {
     wal: VfsFileRef,
     hub: Arc<Hub>,
     stats: Arc<StoreStats>,
+    cost: Arc<SyncCost>,
     failure: Arc<OnceLock<String>>,
     cut_backs: mpsc::Sender<CutBack>,
 }
@@ -155,7 +187,13 @@ impl SyncThread {
     fn sync_and_answer(&self, batches: Vec<Vec<Written>>) {
         let synced = match self.failure.get() {
             Some(reason) => Err(reason.clone()),
-            None => self.wal.sync().map_err(|e| {
+            None => {
+                let started = Instant::now();
+                let synced = self.wal.sync();
+                self.cost.record(started.elapsed());
+                synced
+            }
+            .map_err(|e| {
                 let reason = format!("syncing the write-ahead log failed: {e}");
                 tracing::error!(%reason, "the store takes no more appends until the daemon restarts");
                 self.failure.get_or_init(|| reason).clone()

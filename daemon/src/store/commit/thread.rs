@@ -10,7 +10,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use super::messages::{Append, CommitMsg, approx_len};
-use super::syncer::Syncer;
+use super::syncer::{SyncCost, Syncer};
 use crate::config::FsyncPolicy;
 use crate::hub::Hub;
 use crate::store::error::StoreError;
@@ -49,6 +49,12 @@ pub(crate) struct Committer {
     /// The thread that syncs the WAL while the next batch is written (`fsync = "always"` on
     /// a disk that takes calls from several threads); `None`: syncs are made here.
     pub(super) syncer: Option<Syncer>,
+    /// How long the WAL's syncs take, a moving average in ns, wherever they are made.
+    pub(super) sync_cost: Arc<SyncCost>,
+    /// Whether batches now go to the sync thread (the syncs are slow) or are synced here.
+    pub(super) pipelining: bool,
+    /// Batches were handed to the sync thread since it was last drained.
+    pub(super) handed_over: bool,
 }
 
 impl Committer {
@@ -60,11 +66,15 @@ impl Committer {
         sessions_dir: PathBuf,
         hub: Arc<Hub>,
     ) -> Self {
+        let sync_cost = Arc::new(SyncCost::default());
         let syncer = (settings.fsync == FsyncPolicy::Always && vfs.concurrent())
-            .then(|| Syncer::start(wal.file(), hub.clone(), stats.clone()))
+            .then(|| Syncer::start(wal.file(), hub.clone(), stats.clone(), sync_cost.clone()))
             .flatten();
         Committer {
             syncer,
+            sync_cost,
+            pipelining: false,
+            handed_over: false,
             vfs,
             wal,
             settings,
@@ -175,10 +185,34 @@ impl Committer {
     /// Waits for the sync thread to answer every batch handed to it, then takes in what a
     /// failed sync left to do.
     pub(super) fn drain_syncs(&mut self) {
-        if let Some(syncer) = &self.syncer {
+        if let Some(syncer) = &self.syncer
+            && self.handed_over
+        {
             syncer.drain();
+            self.handed_over = false;
         }
         self.take_sync_failure();
+    }
+
+    /// Whether the next batch goes to the sync thread: while syncs take longer than
+    /// `pipeline_syncs_over` (and until they take under half of it, so that the choice does
+    /// not flap). Batches synced here after some were handed over wait for those first, so
+    /// each session's events are still published in order.
+    pub(super) fn choose_pipelining(&mut self) -> bool {
+        if self.syncer.is_none() {
+            return false;
+        }
+        let cost = self.sync_cost.get();
+        let over = self.settings.pipeline_syncs_over;
+        self.pipelining = if self.pipelining {
+            cost * 2 >= over
+        } else {
+            cost > over || over.is_zero()
+        };
+        if !self.pipelining {
+            self.drain_syncs();
+        }
+        self.pipelining
     }
 
     /// After a failed pipelined sync: the store fails, and the logs of the batches it refused
