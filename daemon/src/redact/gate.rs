@@ -11,7 +11,6 @@
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, Input, MatchKind};
 
 use super::keys::SecretKeys;
-use super::rules::Spec;
 
 /// What every match of a rule holds.
 #[derive(Clone, Copy)]
@@ -61,13 +60,14 @@ pub struct Gate {
 }
 
 impl Gate {
-    pub(super) fn new(specs: &[Spec]) -> Gate {
+    /// The gate of every rule, from each rule's needles.
+    pub(super) fn new<'a>(all: impl IntoIterator<Item = &'a Needles>) -> Gate {
         let mut exact: Vec<&str> = Vec::new();
         let mut pieces: Vec<(String, Vec<AnyCaseWord>)> = Vec::new();
         let (mut flag_endings, mut flags) = (Vec::new(), Vec::new());
         let (mut assignments, mut any) = (false, false);
-        for s in specs {
-            match s.needles {
+        for needles in all {
+            match *needles {
                 Needles::Exact(n) => exact.extend(n),
                 Needles::AnyCase(words) => {
                     for &(word, piece) in words {

@@ -6,7 +6,6 @@ use serde_json::{Map, Value, json};
 
 use super::keys;
 use super::rules::{self, PatternError};
-use super::scan::Verdict;
 use crate::config::RedactConfig;
 
 /// A compiled redaction configuration; cheap to share (`Arc`).
@@ -138,4 +137,15 @@ pub(super) fn add_count(event: &mut Map<String, Value>, n: usize) {
         let before = m.get("redactions").and_then(Value::as_u64).unwrap_or(0);
         m.insert("redactions".into(), json!(before + n as u64));
     }
+}
+
+/// What the pre-check found in a JSON text.
+#[derive(Debug, PartialEq)]
+pub enum Verdict {
+    /// Nothing the walk would replace.
+    Clean,
+    /// Something the walk may replace.
+    Maybe,
+    /// Not JSON that the walk can read either (a number beyond a double, a lone surrogate).
+    Unreadable,
 }

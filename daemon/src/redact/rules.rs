@@ -224,7 +224,7 @@ impl Rules {
             })?;
             rules.push(Rule { re, check: s.check });
         }
-        let gate = Gate::new(&specs);
+        let gate = Gate::new(specs.iter().map(|s| &s.needles));
         let set = RegexSet::new(specs.iter().map(|s| &s.pattern)).map_err(|e| PatternError {
             pattern: "(the set of all patterns)".into(),
             error: e.to_string(),

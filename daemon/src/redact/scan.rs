@@ -9,19 +9,8 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 
 use super::keys::SecretKeys;
-use super::redactor::Redactor;
+use super::redactor::{Redactor, Verdict};
 use super::walk::MAX_NESTED;
-
-/// What the pre-check found in a JSON text.
-#[derive(Debug, PartialEq)]
-pub enum Verdict {
-    /// Nothing the walk would replace.
-    Clean,
-    /// Something the walk may replace.
-    Maybe,
-    /// Not JSON that the walk can read either (a number beyond a double, a lone surrogate).
-    Unreadable,
-}
 
 impl Redactor {
     /// The verdict on JSON text `json`, read as the walk reads JSON at depth `nested`.

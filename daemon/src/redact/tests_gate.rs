@@ -7,8 +7,8 @@ use serde_json::{Value, json};
 
 use super::gate::{FOLDS_TO_ASCII, Needles};
 use super::keys::SecretKeys;
+use super::redactor::Verdict;
 use super::rules::{Rules, builtin, spec};
-use super::scan::Verdict;
 use super::tests::cases;
 use super::{RedactConfig, Redactor};
 use crate::store::NewEventRaw;

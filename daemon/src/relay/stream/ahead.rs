@@ -14,10 +14,8 @@
 
 use std::sync::Arc;
 
-use tokio::task::JoinHandle;
-
 use super::body::{Kept, body_of};
-use super::worker::Worker;
+use super::worker::{Cutting, Worker};
 use crate::relay::ledger::{Inflight, Ledger};
 use crate::relay::shared::Shared;
 
@@ -26,13 +24,6 @@ const MAX_AHEAD: usize = 16;
 /// A new cut starts once no more than this many are queued, so that its reads and its write
 /// overlap the POSTs of those.
 const REFILL_AT: usize = MAX_AHEAD / 2;
-
-/// A cut under way: the batches it recorded, once its ledger write is done.
-pub(super) struct Cutting {
-    /// The epoch it was cut under: a new epoch numbers batches afresh.
-    epoch: u64,
-    task: JoinHandle<Vec<(Inflight, Kept)>>,
-}
 
 /// What a cut needs to know.
 struct Plan {

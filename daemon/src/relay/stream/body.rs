@@ -8,7 +8,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::worker::Worker;
 use crate::plugins::{Hooks, Input, PluginSet};
 use crate::relay::shared::Shared;
 use crate::store::EventJson;
@@ -56,14 +55,7 @@ impl Bodies {
     }
 }
 
-impl Worker {
-    /// The body of a batch: the events as stored, or what the relay filters make of them.
-    pub(super) async fn body_of(&self, events: Vec<EventJson>) -> (Bytes, u64) {
-        body_of(&self.shared, &self.session, events).await
-    }
-}
-
-/// The body of a batch of `session` and how many events it holds (see [`Worker::body_of`]).
+/// The body of a batch of `session` and how many events it holds (see `Worker::body_of`).
 pub(super) async fn body_of(
     shared: &Shared,
     session: &Arc<str>,

@@ -6,12 +6,15 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
-use super::ahead::Cutting;
-use super::body::Bodies;
+use bytes::Bytes;
+use tokio::task::JoinHandle;
+
+use super::body::{Bodies, Kept, body_of};
 use super::quiet::QuietLog;
-use crate::relay::ledger::Ledger;
+use crate::relay::ledger::{Inflight, Ledger};
 use crate::relay::settings::Settings;
 use crate::relay::shared::{Shared, State};
+use crate::store::EventJson;
 use crate::util::backoff::Backoff;
 
 /// What one step came to.
@@ -51,7 +54,20 @@ pub(super) struct Worker {
     pub(super) fork_declined: bool,
 }
 
+/// A cut ahead under way (see `ahead`): the batches it recorded, once its ledger write is
+/// done.
+pub(super) struct Cutting {
+    /// The epoch it was cut under: a new epoch numbers batches afresh.
+    pub(super) epoch: u64,
+    pub(super) task: JoinHandle<Vec<(Inflight, Kept)>>,
+}
+
 impl Worker {
+    /// The body of a batch: the events as stored, or what the relay filters make of them.
+    pub(super) async fn body_of(&self, events: Vec<EventJson>) -> (Bytes, u64) {
+        body_of(&self.shared, &self.session, events).await
+    }
+
     pub(super) fn url(&self) -> String {
         match &self.settings.remote {
             Some(r) => r.stream_url(self.ledger.stream.as_deref().unwrap_or(&self.session), ""),

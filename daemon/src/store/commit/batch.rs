@@ -14,7 +14,7 @@ use std::time::Instant;
 use super::durable::publish;
 use super::messages::{Append, fail_all};
 use super::thread::Committer;
-use super::write::{Group, Written};
+use super::written::{Group, Written};
 use crate::config::FsyncPolicy;
 use crate::store::error::StoreError;
 use crate::store::record;

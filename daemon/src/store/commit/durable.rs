@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use bytes::Bytes;
 
-use super::write::Written;
+use super::written::Written;
 use crate::hub::{Committed, Hub};
 use crate::store::session::EventJson;
 use crate::store::types::{AppendAck, StoreStats};

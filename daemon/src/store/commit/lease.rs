@@ -3,7 +3,7 @@
 //! acknowledges, and an LSN a power loss took is never handed out again.
 
 use super::thread::Committer;
-use super::write::Written;
+use super::written::Written;
 
 /// The first lease of a session in a WAL epoch covers this many LSNs; each renewal doubles
 /// it up to [`LEASE_MAX`], so a busy session renews rarely and an idle one risks a small gap.

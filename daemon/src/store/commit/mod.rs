@@ -24,7 +24,7 @@
 //! - [`thread`]: the thread, gathering batches and syncing the WAL by policy;
 //! - [`batch`]: committing one batch (WAL records, then the sync or the hand-over);
 //! - [`write`]: a session's share written to its log, the commit thread's view moved past it,
-//!   or taken back;
+//!   or taken back; [`written`]: that share, as the threads pass it on;
 //! - [`syncer`]: the pipelined sync; [`durable`]: a synced batch published and acknowledged;
 //! - [`lease`]: LSN leases under the `interval` and `never` policies;
 //! - [`checkpoint`]: syncing the logs and starting the WAL over when it is full;
@@ -40,6 +40,7 @@ mod messages;
 mod syncer;
 mod thread;
 mod write;
+mod written;
 
 pub use messages::Ack;
 pub(crate) use messages::{Append, CommitMsg};

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use super::durable::publish;
 use super::messages::fail_all;
-use super::write::Written;
+use super::written::Written;
 use crate::hub::Hub;
 use crate::store::error::StoreError;
 use crate::store::session::Session;

@@ -1,39 +1,19 @@
 //! A session's share of a batch, serialized and written to its log (not synced), at the
 //! length the commit thread knows; and taken back out when the batch fails.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use dstream_sdk::Event;
 use serde_json::value::RawValue;
 
-use super::messages::{Ack, approx_len, fail_all};
+use super::messages::{approx_len, fail_all};
 use super::thread::Committer;
+use super::written::{Group, Written};
 use crate::store::error::StoreError;
 use crate::store::index::IndexEntry;
 use crate::store::record;
 use crate::store::session::Session;
-use crate::store::types::NewEventRaw;
 use crate::store::writer_state::WriterState;
 use crate::util::time::now_ms;
-
-/// One session's share of a batch.
-pub(super) struct Group {
-    pub(super) session: Arc<Session>,
-    pub(super) appends: Vec<(NewEventRaw, Option<String>, Ack)>,
-}
-
-/// A group serialized and written to its log, waiting for the WAL sync.
-pub(super) struct Written {
-    pub(super) session: Arc<Session>,
-    pub(super) buf: Bytes,
-    /// (lsn, id, start of line in buf, length of the event body)
-    pub(super) lines: Vec<(u64, String, usize, usize)>,
-    pub(super) acks: Vec<Ack>,
-    pub(super) old_len: u64,
-    pub(super) timestamp: u64,
-    pub(super) new_lineage: Option<String>,
-}
 
 impl Committer {
     /// Serializes a group and appends it to its log (not synced). `None` when it failed (the
@@ -224,11 +204,5 @@ impl Committer {
                 ))
             }
         }
-    }
-}
-
-impl Written {
-    pub(super) fn last_lsn(&self) -> u64 {
-        self.lines.last().map_or(0, |l| l.0)
     }
 }
