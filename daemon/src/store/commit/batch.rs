@@ -23,6 +23,8 @@ use crate::store::wal::Wal;
 
 impl Committer {
     pub(super) fn commit(&mut self, batch: Vec<Append>) {
+        // First: switching to inline syncs drains the sync thread, which may report a failure.
+        let pipelined = self.choose_pipelining();
         self.take_sync_failure();
         if let Some(reason) = &self.failed {
             let err = StoreError::Failed {
@@ -33,7 +35,6 @@ impl Committer {
             }
             return;
         }
-        let pipelined = self.choose_pipelining();
         // One group per session, in order of first appearance; order within a session kept.
         let mut must_sync = self.settings.fsync == FsyncPolicy::Always;
         let mut groups: Vec<Group> = Vec::new();
