@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::Instant;
 
 use super::durable::publish;
 use super::messages::{Append, fail_all};
@@ -110,10 +109,7 @@ impl Committer {
                 if !sync_here {
                     return Ok(());
                 }
-                let started = Instant::now();
-                let synced = self.wal.sync();
-                self.sync_cost.record(started.elapsed());
-                synced
+                self.sync_cost.time(|| self.wal.sync())
             })
         };
         if let Err(e) = outcome {

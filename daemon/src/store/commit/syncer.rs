@@ -14,6 +14,7 @@
 //! every one written after it are refused, and the commit thread is handed their logs' old
 //! lengths to cut them back to (it alone writes the logs, so no write races the cut).
 
+use std::io;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::{self, Receiver, SyncSender};
@@ -50,7 +51,15 @@ pub(super) type CutBack = (Arc<Session>, u64);
 pub(super) struct SyncCost(AtomicU64);
 
 impl SyncCost {
-    pub(super) fn record(&self, took: Duration) {
+    /// Runs `sync` (a sync of the WAL) and adds its time to the average.
+    pub(super) fn time(&self, sync: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
+        let started = Instant::now();
+        let synced = sync();
+        self.record(started.elapsed());
+        synced
+    }
+
+    fn record(&self, took: Duration) {
         let new = took.as_nanos().min(u64::MAX as u128) as u64;
         let old = self.0.load(Relaxed);
         let avg = if old == 0 {
@@ -187,13 +196,7 @@ impl SyncThread {
     fn sync_and_answer(&self, batches: Vec<Vec<Written>>) {
         let synced = match self.failure.get() {
             Some(reason) => Err(reason.clone()),
-            None => {
-                let started = Instant::now();
-                let synced = self.wal.sync();
-                self.cost.record(started.elapsed());
-                synced
-            }
-            .map_err(|e| {
+            None => self.cost.time(|| self.wal.sync()).map_err(|e| {
                 let reason = format!("syncing the write-ahead log failed: {e}");
                 tracing::error!(%reason, "the store takes no more appends until the daemon restarts");
                 self.failure.get_or_init(|| reason).clone()
