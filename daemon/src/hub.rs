@@ -143,22 +143,27 @@ impl HubReader {
     /// then continues from the oldest event still held).
     pub async fn recv(&mut self) -> Result<Arc<Committed>, Lagged> {
         loop {
-            {
-                let ring = self.hub.ring.lock().unwrap();
-                if self.next < ring.first_seq {
-                    self.next = ring.first_seq;
-                    self.position.store(self.next, Ordering::Release);
-                    return Err(Lagged);
-                }
-                if let Some(c) = ring.events.get((self.next - ring.first_seq) as usize) {
-                    self.next += 1;
-                    self.position.store(self.next, Ordering::Release);
-                    return Ok(c.clone());
-                }
+            if let Some(next) = self.try_recv() {
+                return next;
             }
             // The sender lives as long as the hub, which this reader holds.
             let _ = self.rx.changed().await;
         }
+    }
+
+    /// The next event if one is held, without waiting: for a reader that gathers batches on
+    /// its own clock rather than being woken at every commit.
+    pub fn try_recv(&mut self) -> Option<Result<Arc<Committed>, Lagged>> {
+        let ring = self.hub.ring.lock().unwrap();
+        if self.next < ring.first_seq {
+            self.next = ring.first_seq;
+            self.position.store(self.next, Ordering::Release);
+            return Some(Err(Lagged));
+        }
+        let c = ring.events.get((self.next - ring.first_seq) as usize)?;
+        self.next += 1;
+        self.position.store(self.next, Ordering::Release);
+        Some(Ok(c.clone()))
     }
 }
 

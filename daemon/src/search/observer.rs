@@ -29,6 +29,8 @@ use crate::store::{EventJson, Session, Store};
 const BATCH_EVENTS: usize = 4096;
 const BATCH_BYTES: usize = 2 << 20;
 const LINGER: Duration = Duration::from_millis(50);
+/// While a batch lingers, how often it takes what has been committed since.
+const GATHER_SLICE: Duration = Duration::from_millis(10);
 /// Log pages read per catch-up step.
 const PAGE_EVENTS: usize = 1024;
 const PAGE_BYTES: usize = 4 << 20;
@@ -481,21 +483,24 @@ async fn collect(
         c = commands.recv() => return c.map_or(Wake::Stop, Wake::Command),
         () = tokio::time::sleep(SWEEP_EVERY) => return Wake::Idle,
     }
+    // The rest of the batch is gathered in slices rather than at every commit: waking this
+    // thread once per append cost the appenders a context switch each on a small machine.
     let deadline = tokio::time::Instant::now() + LINGER;
     let mut bytes = 0;
-    while items.len() < BATCH_EVENTS && bytes < BATCH_BYTES {
-        tokio::select! {
-            biased;
-            r = reader.recv() => {
-                if let Ok(c) = &r {
-                    bytes += c.event.len();
-                }
-                items.push(r);
+    loop {
+        while items.len() < BATCH_EVENTS && bytes < BATCH_BYTES {
+            let Some(r) = reader.try_recv() else { break };
+            if let Ok(c) = &r {
+                bytes += c.event.len();
             }
-            () = tokio::time::sleep_until(deadline) => break,
+            items.push(r);
         }
+        let now = tokio::time::Instant::now();
+        if items.len() >= BATCH_EVENTS || bytes >= BATCH_BYTES || now >= deadline {
+            return Wake::Events;
+        }
+        tokio::time::sleep_until(deadline.min(now + GATHER_SLICE)).await;
     }
-    Wake::Events
 }
 
 /// Waits `pause`, or until told to stop.
