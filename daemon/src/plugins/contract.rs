@@ -152,6 +152,11 @@ pub enum Input {
     Event(Arc<Json>),
 }
 
+/// Calls a plugin's queue holds: the `on_event` backlog (bounded on its own, see `handle`) and
+/// the calls whose callers wait for the reply, one per calling thread. A full queue makes a
+/// caller wait. The queue's slots are allocated up front, per plugin, so it is kept small.
+pub const CALL_QUEUE: usize = 128;
+
 pub struct Call {
     pub hook: Hooks,
     pub input: Input,

@@ -12,13 +12,17 @@ use std::time::Duration;
 use dstream_sdk::protocol::PluginInfo;
 use serde_json::Value as Json;
 
-use super::contract::{Call, Hooks, Input, Limits, PluginError, PluginMeta, Reply, Shared};
+use super::contract::{
+    CALL_QUEUE, Call, Hooks, Input, Limits, PluginError, PluginMeta, Reply, Shared,
+};
 
 /// `on_event` calls, and their bytes, one plugin may have queued; past either, committed events
 /// skip that plugin (counted and logged) rather than delaying the pipeline's calls behind them
 /// or holding memory for a slow sink.
 const MAX_QUEUED_EVENTS: usize = 64;
 const MAX_QUEUED_BYTES: usize = 8 << 20;
+// The backlog leaves room in the call queue for the calls the pipeline waits on.
+const _: () = assert!(MAX_QUEUED_EVENTS * 2 <= CALL_QUEUE);
 
 /// One loaded plugin: its description, the queue to its thread, its counters and health.
 pub struct Plugin {

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value as Json, json};
 
-use super::contract::{Call, Hooks, Input, Limits, PluginError, PluginMeta, Shared};
+use super::contract::{CALL_QUEUE, Call, Hooks, Input, Limits, PluginError, PluginMeta, Shared};
 use super::native;
 
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
@@ -160,7 +160,7 @@ pub fn spawn(
         .map_err(|e| PluginError::Load(format!("cannot find the dstream binary: {e}")))?;
     let load_wait = limits.call_timeout * 4 + Duration::from_secs(2);
     let (host, meta) = Host::start(&exe, lib, cache, &config, load_wait)?;
-    let (tx, rx) = mpsc::sync_channel::<Call>(1024);
+    let (tx, rx) = mpsc::sync_channel::<Call>(CALL_QUEUE);
     let (lib, cache, name) = (lib.to_path_buf(), cache.to_path_buf(), meta.name.clone());
     std::thread::Builder::new()
         .name(format!(

@@ -22,7 +22,7 @@ use std::sync::mpsc::{self, Receiver, SyncSender};
 
 use serde_json::{Value as Json, json};
 
-use super::contract::{Call, Hooks, Input, Limits, PluginError, PluginMeta, Shared};
+use super::contract::{CALL_QUEUE, Call, Hooks, Input, Limits, PluginError, PluginMeta, Shared};
 
 /// The ABI version this daemon speaks.
 pub const ABI_VERSION: u32 = 1;
@@ -300,7 +300,7 @@ pub fn spawn(
     shared: Arc<Shared>,
 ) -> Result<(PluginMeta, SyncSender<Call>), PluginError> {
     let (ready_tx, ready_rx) = mpsc::channel();
-    let (tx, rx) = mpsc::sync_channel::<Call>(1024);
+    let (tx, rx) = mpsc::sync_channel::<Call>(CALL_QUEUE);
     let (path, cache) = (path.to_path_buf(), cache.to_path_buf());
     let thread_name = format!(
         "dstream-native-{}",

@@ -42,7 +42,7 @@ use std::sync::mpsc::{self, SyncSender};
 
 use serde_json::Value as Json;
 
-use super::contract::{Call, Limits, PluginError, PluginMeta, Shared};
+use super::contract::{CALL_QUEUE, Call, Limits, PluginError, PluginMeta, Shared};
 use state::Host;
 
 /// Starts a plugin's thread, loads `source` in a fresh sandbox there and calls its `init`.
@@ -55,7 +55,7 @@ pub fn spawn(
     shared: Arc<Shared>,
 ) -> Result<(PluginMeta, SyncSender<Call>), PluginError> {
     let (ready_tx, ready_rx) = mpsc::channel();
-    let (tx, rx) = mpsc::sync_channel::<Call>(1024);
+    let (tx, rx) = mpsc::sync_channel::<Call>(CALL_QUEUE);
     let chunk_name = format!("@{file_name}");
     let thread_name = format!("dstream-lua-{}", file_name.trim_end_matches(".lua"));
     let load_timeout = limits.call_timeout * 4;
