@@ -447,6 +447,9 @@ impl Bench<'_> {
         if let Some(v) = r.max_rss_mb {
             m.insert("rss/load", v);
         }
+        if let Some(v) = r.max_anon_mb {
+            m.insert("rss/load_anon", v);
+        }
         if r.errors > 0 {
             self.notes.push(format!(
                 "{side} {label}: {} failed appends; first: {}",
@@ -1963,6 +1966,12 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
         "RSS under load MB (max during C=16, 16 sessions, durable)",
         get(ours, "rss/load"),
         get(theirs, "rss/load"),
+        Better::Lower,
+    );
+    t.add(
+        "RSS under load, anonymous only MB (max during C=16, 16 sessions, durable)",
+        get(ours, "rss/load_anon"),
+        get(theirs, "rss/load_anon"),
         Better::Lower,
     );
 

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::http::HttpConn;
-use crate::procs::rss_mb;
+use crate::procs::{rss_anon_mb, rss_mb};
 
 /// Size of the event object's JSON text (what the reference server stores verbatim).
 pub const EVENT_BYTES: usize = 256;
@@ -175,10 +175,13 @@ pub struct LoadResult {
     pub errors: u64,
     pub first_error: Option<String>,
     pub max_rss_mb: Option<f64>,
+    /// The largest RssAnon seen (the process's own memory, without mapped code).
+    pub max_anon_mb: Option<f64>,
 }
 
 /// Runs all connections for `warmup + measure`; only appends started after the warm-up count.
-/// When `rss_pid` is given, samples that process's RSS every 50 ms and keeps the maximum.
+/// When `rss_pid` is given, samples that process's RSS and RssAnon every 50 ms and keeps the
+/// maxima.
 /// `probe` runs (on its own thread) when the measured window opens and when it closes; both
 /// snapshots are returned, so that server counters can be read as deltas over the window.
 pub fn closed_loop<T: Send>(
@@ -193,7 +196,7 @@ pub fn closed_loop<T: Send>(
     let t_end = t_measure + measure;
     let first_error = Mutex::new(None::<String>);
     let done = AtomicBool::new(false);
-    let (lat_ns, errors, max_rss_mb, window) = std::thread::scope(|s| {
+    let (lat_ns, errors, (max_rss_mb, max_anon_mb), window) = std::thread::scope(|s| {
         let prober = s.spawn(move || {
             std::thread::sleep(t_measure.saturating_duration_since(Instant::now()));
             let before = probe();
@@ -203,14 +206,18 @@ pub fn closed_loop<T: Send>(
         let sampler = rss_pid.map(|pid| {
             let done = &done;
             s.spawn(move || {
-                let mut max = None::<f64>;
-                while !done.load(Ordering::Relaxed) {
-                    if let Some(v) = rss_mb(pid) {
-                        max = Some(max.map_or(v, |m: f64| m.max(v)));
+                let keep = |max: &mut Option<f64>, v: Option<f64>| {
+                    if let Some(v) = v {
+                        *max = Some(max.map_or(v, |m: f64| m.max(v)));
                     }
+                };
+                let (mut rss, mut anon) = (None::<f64>, None::<f64>);
+                while !done.load(Ordering::Relaxed) {
+                    keep(&mut rss, rss_mb(pid));
+                    keep(&mut anon, rss_anon_mb(pid));
                     std::thread::sleep(Duration::from_millis(50));
                 }
-                max
+                (rss, anon)
             })
         });
         let workers: Vec<_> = conns
@@ -260,7 +267,9 @@ pub fn closed_loop<T: Send>(
             errors += e;
         }
         done.store(true, Ordering::Relaxed);
-        let rss = sampler.and_then(|h| h.join().expect("sampler panicked"));
+        let rss = sampler
+            .map(|h| h.join().expect("sampler panicked"))
+            .unwrap_or((None, None));
         let window = prober.join().expect("probe panicked");
         (all, errors, rss, window)
     });
@@ -270,6 +279,7 @@ pub fn closed_loop<T: Send>(
         errors,
         first_error: first_error.into_inner().unwrap(),
         max_rss_mb,
+        max_anon_mb,
     };
     (r, window.0, window.1)
 }
