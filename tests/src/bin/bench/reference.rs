@@ -61,6 +61,29 @@ pub fn bulk_load(addr: &str, stream: &str, total: u64, batch: u64) -> Result<f64
     Ok(rate)
 }
 
+/// Creates `stream` and POSTs `bodies` (JSON arrays, `events` events in all) one after the
+/// other, as a client holding them in memory would. Returns events/s.
+pub fn post_bodies(addr: &str, stream: &str, bodies: &[Vec<u8>], events: u64) -> Result<f64> {
+    let mut c = HttpConn::connect(addr)?;
+    let path = format!("/{stream}");
+    let r = c.request("PUT", &path, Some("application/json"), b"")?;
+    if r.status != 201 && r.status != 200 {
+        bail!("PUT {path}: HTTP {}", r.status);
+    }
+    let t0 = Instant::now();
+    for body in bodies {
+        let r = c.request("POST", &path, Some("application/json"), body)?;
+        if r.status != 204 && r.status != 200 {
+            bail!(
+                "POST {path}: HTTP {} {}",
+                r.status,
+                String::from_utf8_lossy(&r.body)
+            );
+        }
+    }
+    Ok(events as f64 / t0.elapsed().as_secs_f64())
+}
+
 /// Times `GET ?offset=` of the last 100 events (the server returns everything to the tail),
 /// once cold and then `repeats` times. Returns (first ns, samples ns).
 pub fn time_tail_reads(

@@ -303,6 +303,35 @@ pub fn time_reads(socket: &Path, session: &str, total: u64, repeats: usize) -> R
     })
 }
 
+/// The events of `session` (LSNs 1..=`total`) as JSON-array bodies of `batch` events each,
+/// exactly as `read` returns them: the bytes the relay sends for them (no relay filters).
+pub fn event_bodies(socket: &Path, session: &str, total: u64, batch: u64) -> Result<Vec<Vec<u8>>> {
+    #[derive(serde::Deserialize)]
+    struct Page<'a> {
+        #[serde(borrow)]
+        events: &'a serde_json::value::RawValue,
+    }
+    #[derive(serde::Deserialize)]
+    struct Response<'a> {
+        #[serde(borrow)]
+        result: Page<'a>,
+    }
+    let mut rpc = Rpc::connect(socket)?;
+    let mut bodies = Vec::new();
+    let mut from = 1;
+    while from <= total {
+        let limit = batch.min(total - from + 1);
+        let params =
+            format!("{{\"session_id\":\"{session}\",\"from_lsn\":{from},\"limit\":{limit}}}");
+        let line = rpc.call_raw("read", &params)?;
+        check_events(line, from, limit as usize)?;
+        let r: Response = serde_json::from_str(line).context("bad read response")?;
+        bodies.push(r.result.events.get().as_bytes().to_vec());
+        from += limit;
+    }
+    Ok(bodies)
+}
+
 /// The read response holds `count` events starting at LSN `from`.
 fn check_events(line: &str, from: u64, count: usize) -> Result<()> {
     let v: Value = serde_json::from_str(line).context("bad read response")?;
