@@ -38,10 +38,13 @@ pub fn seal(object: &[u8], out: &mut Vec<u8>) {
 }
 
 fn push_hex(out: &mut Vec<u8>, value: u32) {
+    out.extend_from_slice(&hex(value));
+}
+
+/// `value` as the 8 lowercase hex digits a trailer holds.
+fn hex(value: u32) -> [u8; 8] {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    for shift in (0..8).rev() {
-        out.push(HEX[((value >> (shift * 4)) & 0xf) as usize]);
-    }
+    std::array::from_fn(|i| HEX[((value >> (28 - 4 * i)) & 0xf) as usize])
 }
 
 fn parse_hex(digits: &[u8]) -> Option<u32> {
@@ -66,10 +69,14 @@ pub fn open(line: &[u8]) -> Result<(u64, &[u8]), RecordError> {
     if !trailer.starts_with(CRC_OPEN) || !trailer.ends_with(CRC_CLOSE) {
         return Err(RecordError::Malformed);
     }
-    let stored =
-        parse_hex(&trailer[CRC_OPEN.len()..CRC_OPEN.len() + 8]).ok_or(RecordError::Malformed)?;
-    if crc32c::crc32c(body) != stored {
-        return Err(RecordError::ChecksumMismatch);
+    // The digits are compared as text: each checksum has exactly one spelling (8 lowercase
+    // digits), and parsing them branch by branch cost a restart more than the checksum did.
+    let digits = &trailer[CRC_OPEN.len()..CRC_OPEN.len() + 8];
+    if digits != hex(crc32c::crc32c(body)) {
+        return Err(match parse_hex(digits) {
+            Some(_) => RecordError::ChecksumMismatch,
+            None => RecordError::Malformed,
+        });
     }
     Ok((lsn_of(body).ok_or(RecordError::NoLsn)?, body))
 }
@@ -81,7 +88,12 @@ pub fn lsn_of(line: &[u8]) -> Option<u64> {
     if digits == 0 || digits > 19 || rest.get(digits) != Some(&b',') {
         return None;
     }
-    std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()
+    // At most 19 digits: below u64::MAX whatever they are.
+    Some(
+        rest[..digits]
+            .iter()
+            .fold(0u64, |n, d| n * 10 + u64::from(d - b'0')),
+    )
 }
 
 #[cfg(test)]
@@ -122,10 +134,39 @@ mod tests {
     }
 
     #[test]
+    fn a_trailer_that_is_not_lowercase_hex_is_malformed_and_a_wrong_one_a_mismatch() {
+        let mut out = Vec::new();
+        seal(br#"{"lsn":3,"type":"x"}"#, &mut out);
+        let line = out[..out.len() - 1].to_vec();
+        let at = line.len() - CRC_TRAILER_LEN + CRC_OPEN.len();
+        let digits = std::str::from_utf8(&line[at..at + 8]).unwrap().to_string();
+        let with = |d: &str| [&line[..at], d.as_bytes(), &line[at + 8..]].concat();
+        assert_eq!(
+            parse_hex(digits.as_bytes()),
+            Some(crc32c::crc32c(&line[..line.len() - CRC_TRAILER_LEN]))
+        );
+        assert_eq!(
+            open(&with(&digits.to_uppercase())).err(),
+            (digits != digits.to_uppercase()).then_some(RecordError::Malformed)
+        );
+        assert_eq!(open(&with("zzzzzzzz")).err(), Some(RecordError::Malformed));
+        let other = format!("{:08x}", u32::from_str_radix(&digits, 16).unwrap() ^ 1);
+        assert_eq!(
+            open(&with(&other)).err(),
+            Some(RecordError::ChecksumMismatch)
+        );
+    }
+
+    #[test]
     fn lsn_prefix_is_strict() {
         assert_eq!(lsn_of(b"{\"lsn\":12,\"x\":1}"), Some(12));
         assert_eq!(lsn_of(b"{\"lsn\":,"), None);
         assert_eq!(lsn_of(b"{\"lsn\":99999999999999999999,"), None);
+        assert_eq!(
+            lsn_of(b"{\"lsn\":9999999999999999999,"),
+            Some(9_999_999_999_999_999_999)
+        );
+        assert_eq!(lsn_of(b"{\"lsn\":007,"), Some(7));
         assert_eq!(lsn_of(b"{\"id\":1,"), None);
     }
 }

@@ -283,7 +283,10 @@ impl DstreamSetup {
     /// Returns the guard and the time from spawn to the first answered `hello`.
     pub fn start(&self, store_toml: &str) -> Result<(ChildGuard, Duration)> {
         let config = self.dir.join("config.toml");
-        fs::write(&config, format!("[store]\n{store_toml}\n"))?;
+        // An A/B aid: `DSTREAM_BENCH_EXTRA_TOML` is appended to every daemon's configuration
+        // (e.g. "[search]\nenabled = false" to see what the index costs a scenario).
+        let extra = std::env::var("DSTREAM_BENCH_EXTRA_TOML").unwrap_or_default();
+        fs::write(&config, format!("[store]\n{store_toml}\n{extra}\n"))?;
         let _ = fs::remove_file(self.socket());
         let mut cmd = Command::new(&self.bin);
         cmd.arg("daemon")
