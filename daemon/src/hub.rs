@@ -34,31 +34,64 @@ pub struct Hub {
 #[derive(Default)]
 struct Ring {
     events: VecDeque<Arc<Committed>>,
+    /// For each event, the bytes published before it (since the hub began): what a reader
+    /// at that event is behind by is `published - ahead[i]`.
+    ahead: VecDeque<u64>,
+    published: u64,
     /// Sequence number of `events[0]`.
     first_seq: u64,
     bytes: usize,
-    /// Each live reader's next sequence number.
-    readers: Vec<Weak<AtomicU64>>,
+    /// Each live reader's place.
+    readers: Vec<Weak<Place>>,
+}
+
+/// Where a reader is, and how far behind it may hold events.
+struct Place {
+    /// Its next sequence number.
+    next: AtomicU64,
+    /// Bytes of events it may keep in the ring; past that, they go and it lags.
+    holds: usize,
+}
+
+fn size(c: &Committed) -> usize {
+    c.event.len() + c.session.len()
 }
 
 impl Ring {
     fn pop_front(&mut self) {
         if let Some(old) = self.events.pop_front() {
-            self.bytes -= old.event.len() + old.session.len();
+            self.ahead.pop_front();
+            self.bytes -= size(&old);
             self.first_seq += 1;
         }
     }
 
-    /// Drops the events every live reader is past (and forgets readers that are gone).
+    /// The first sequence number a reader at `next` that may hold `holds` bytes keeps.
+    fn kept_from(&self, next: u64, holds: usize) -> u64 {
+        let at = next.saturating_sub(self.first_seq) as usize;
+        if at >= self.events.len() || self.published - self.ahead[at] <= holds as u64 {
+            return next;
+        }
+        let past = self
+            .ahead
+            .partition_point(|&a| self.published - a > holds as u64);
+        self.first_seq + past as u64
+    }
+
+    /// Drops the events every live reader is past, or may not hold (and forgets readers that
+    /// are gone).
     fn drop_read(&mut self) {
         let mut slowest = u64::MAX;
-        self.readers.retain(|r| match r.upgrade() {
-            Some(next) => {
-                slowest = slowest.min(next.load(Ordering::Acquire));
+        let mut places = std::mem::take(&mut self.readers);
+        places.retain(|r| match r.upgrade() {
+            Some(place) => {
+                let next = place.next.load(Ordering::Acquire);
+                slowest = slowest.min(self.kept_from(next, place.holds));
                 true
             }
             None => false,
         });
+        self.readers = places;
         while self.first_seq < slowest && !self.events.is_empty() {
             self.pop_front();
         }
@@ -92,7 +125,11 @@ impl Hub {
         let next = {
             let mut ring = self.ring.lock().unwrap();
             for c in batch {
-                ring.bytes += c.event.len() + c.session.len();
+                let n = size(&c);
+                let before = ring.published;
+                ring.ahead.push_back(before);
+                ring.published += n as u64;
+                ring.bytes += n;
                 ring.events.push_back(Arc::new(c));
             }
             ring.drop_read();
@@ -107,12 +144,21 @@ impl Hub {
 
     /// A reader that starts at the next event published.
     pub fn subscribe(self: &Arc<Self>) -> HubReader {
+        self.subscribe_holding(usize::MAX)
+    }
+
+    /// A reader that keeps at most `holds` bytes of events in the ring however far behind it
+    /// falls (and lags past that), for a reader that may be slow on purpose.
+    pub fn subscribe_holding(self: &Arc<Self>, holds: usize) -> HubReader {
         let mut ring = self.ring.lock().unwrap();
         let rx = self.published.subscribe();
         // From the ring, not `rx`: a batch already in the ring may not be announced yet, and
         // with no reader it is dropped at once.
         let next = ring.first_seq + ring.events.len() as u64;
-        let position = Arc::new(AtomicU64::new(next));
+        let position = Arc::new(Place {
+            next: AtomicU64::new(next),
+            holds,
+        });
         ring.readers.push(Arc::downgrade(&position));
         HubReader {
             hub: self.clone(),
@@ -135,7 +181,7 @@ pub struct HubReader {
     rx: watch::Receiver<u64>,
     next: u64,
     /// `next`, where the hub sees it (to drop what every reader has read).
-    position: Arc<AtomicU64>,
+    position: Arc<Place>,
 }
 
 impl HubReader {
@@ -157,12 +203,12 @@ impl HubReader {
         let ring = self.hub.ring.lock().unwrap();
         if self.next < ring.first_seq {
             self.next = ring.first_seq;
-            self.position.store(self.next, Ordering::Release);
+            self.position.next.store(self.next, Ordering::Release);
             return Some(Err(Lagged));
         }
         let c = ring.events.get((self.next - ring.first_seq) as usize)?;
         self.next += 1;
-        self.position.store(self.next, Ordering::Release);
+        self.position.next.store(self.next, Ordering::Release);
         Some(Ok(c.clone()))
     }
 }
@@ -204,6 +250,33 @@ mod tests {
                 Err(Lagged) => break,
             }
         }
+    }
+
+    #[tokio::test]
+    async fn a_reader_holding_little_lags_past_it_without_cutting_the_others_short() {
+        let hub = Hub::new(1 << 20);
+        let mut full = hub.subscribe();
+        let mut lazy = hub.subscribe_holding(1_000);
+        // Each event is ~100 bytes of body and 1 of session: 30 of them are ~3 KB.
+        for lsn in 1..=30 {
+            hub.publish([event("s", lsn, 100)]);
+        }
+        for lsn in 1..=30 {
+            assert_eq!(full.recv().await.unwrap().event.lsn, lsn);
+        }
+        // At the next publish, what the full reader has read is held for the lazy one only
+        // up to its 1,000 bytes.
+        hub.publish([event("s", 31, 100)]);
+        let (held, bytes) = hub.held();
+        assert!(bytes <= 1_000 && held > 1, "{held} events, {bytes} bytes");
+        assert_eq!(lazy.recv().await.unwrap_err(), Lagged);
+        let resumed = lazy.recv().await.unwrap().event.lsn;
+        assert!(resumed > 20 && resumed < 31, "{resumed}");
+        // Within its allowance it misses nothing.
+        for lsn in resumed + 1..=31 {
+            assert_eq!(lazy.recv().await.unwrap().event.lsn, lsn);
+        }
+        assert_eq!(full.recv().await.unwrap().event.lsn, 31);
     }
 
     #[tokio::test]

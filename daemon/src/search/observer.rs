@@ -29,6 +29,9 @@ use crate::store::{EventJson, Session, Store};
 const BATCH_EVENTS: usize = 4096;
 const BATCH_BYTES: usize = 2 << 20;
 const LINGER: Duration = Duration::from_millis(50);
+/// Bytes of committed events the hub keeps for this thread while it falls behind; past them it
+/// is told it lagged and catches up from the logs (as after a restart).
+const HUB_HOLDS: usize = 2 << 20;
 /// While a batch lingers, how often it takes what has been committed since.
 const GATHER_SLICE: Duration = Duration::from_millis(10);
 /// Log pages read per catch-up step.
@@ -81,8 +84,10 @@ pub fn spawn(
     rt: tokio::runtime::Handle,
 ) -> std::io::Result<(std::thread::JoinHandle<()>, mpsc::UnboundedSender<Command>)> {
     let (tx, rx) = mpsc::unbounded_channel();
-    // Subscribed before the first catch-up: whatever commits meanwhile arrives here.
-    let reader = hub.subscribe();
+    // Subscribed before the first catch-up: whatever commits meanwhile arrives here. It holds
+    // at most HUB_HOLDS of the hub's ring: a thread that runs only on idle CPU can fall far
+    // behind under load, and the logs hold everything it skips.
+    let reader = hub.subscribe_holding(HUB_HOLDS);
     let observer = Observer {
         store,
         dir,
