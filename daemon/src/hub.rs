@@ -33,16 +33,20 @@ pub struct Hub {
 
 #[derive(Default)]
 struct Ring {
-    events: VecDeque<Arc<Committed>>,
-    /// For each event, the bytes published before it (since the hub began): what a reader
-    /// at that event is behind by is `published - ahead[i]`.
-    ahead: VecDeque<u64>,
+    events: VecDeque<Slot>,
+    /// Bytes published since the hub began.
     published: u64,
     /// Sequence number of `events[0]`.
     first_seq: u64,
-    bytes: usize,
     /// Each live reader's place.
     readers: Vec<Weak<Place>>,
+}
+
+/// One held event, and the bytes published before it: a reader at it is behind by
+/// `published - before`.
+struct Slot {
+    before: u64,
+    committed: Arc<Committed>,
 }
 
 /// Where a reader is, and how far behind it may hold events.
@@ -58,24 +62,27 @@ fn size(c: &Committed) -> usize {
 }
 
 impl Ring {
+    /// Bytes of the events held.
+    fn bytes(&self) -> u64 {
+        self.events
+            .front()
+            .map_or(0, |first| self.published - first.before)
+    }
+
     fn pop_front(&mut self) {
-        if let Some(old) = self.events.pop_front() {
-            self.ahead.pop_front();
-            self.bytes -= size(&old);
+        if self.events.pop_front().is_some() {
             self.first_seq += 1;
         }
     }
 
     /// The first sequence number a reader at `next` that may hold `holds` bytes keeps.
     fn kept_from(&self, next: u64, holds: usize) -> u64 {
+        let too_far = |slot: &Slot| self.published - slot.before > holds as u64;
         let at = next.saturating_sub(self.first_seq) as usize;
-        if at >= self.events.len() || self.published - self.ahead[at] <= holds as u64 {
+        if self.events.get(at).is_none_or(|slot| !too_far(slot)) {
             return next;
         }
-        let past = self
-            .ahead
-            .partition_point(|&a| self.published - a > holds as u64);
-        self.first_seq + past as u64
+        self.first_seq + self.events.partition_point(too_far) as u64
     }
 
     /// Drops the events every live reader is past, or may not hold (and forgets readers that
@@ -125,16 +132,16 @@ impl Hub {
         let next = {
             let mut ring = self.ring.lock().unwrap();
             for c in batch {
-                let n = size(&c);
                 let before = ring.published;
-                ring.ahead.push_back(before);
-                ring.published += n as u64;
-                ring.bytes += n;
-                ring.events.push_back(Arc::new(c));
+                ring.published += size(&c) as u64;
+                ring.events.push_back(Slot {
+                    before,
+                    committed: Arc::new(c),
+                });
             }
             ring.drop_read();
             // Keep the newest event even if it alone is over the cap.
-            while ring.bytes > self.cap_bytes && ring.events.len() > 1 {
+            while ring.bytes() > self.cap_bytes as u64 && ring.events.len() > 1 {
                 ring.pop_front();
             }
             ring.first_seq + ring.events.len() as u64
@@ -172,7 +179,7 @@ impl Hub {
     #[cfg(test)]
     fn held(&self) -> (usize, usize) {
         let ring = self.ring.lock().unwrap();
-        (ring.events.len(), ring.bytes)
+        (ring.events.len(), ring.bytes() as usize)
     }
 }
 
@@ -206,10 +213,10 @@ impl HubReader {
             self.position.next.store(self.next, Ordering::Release);
             return Some(Err(Lagged));
         }
-        let c = ring.events.get((self.next - ring.first_seq) as usize)?;
+        let slot = ring.events.get((self.next - ring.first_seq) as usize)?;
         self.next += 1;
         self.position.next.store(self.next, Ordering::Release);
-        Some(Ok(c.clone()))
+        Some(Ok(slot.committed.clone()))
     }
 }
 
@@ -240,7 +247,7 @@ mod tests {
         for lsn in 6..=105 {
             hub.publish([event("s", lsn, 1000)]);
         }
-        assert!(hub.ring.lock().unwrap().bytes <= 10_000);
+        assert!(hub.ring.lock().unwrap().bytes() <= 10_000);
         assert_eq!(slow.recv().await.unwrap_err(), Lagged);
         let resumed = slow.recv().await.unwrap().event.lsn;
         assert!(resumed > 6 && resumed <= 105, "{resumed}");

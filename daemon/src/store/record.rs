@@ -32,13 +32,9 @@ pub fn seal(object: &[u8], out: &mut Vec<u8>) {
     out.reserve(body.len() + CRC_TRAILER_LEN + 1);
     out.extend_from_slice(body);
     out.extend_from_slice(CRC_OPEN);
-    push_hex(out, crc);
+    out.extend_from_slice(&hex(crc));
     out.extend_from_slice(CRC_CLOSE);
     out.push(b'\n');
-}
-
-fn push_hex(out: &mut Vec<u8>, value: u32) {
-    out.extend_from_slice(&hex(value));
 }
 
 /// `value` as the 8 lowercase hex digits a trailer holds.
