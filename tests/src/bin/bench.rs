@@ -1212,43 +1212,8 @@ impl Bench<'_> {
             bail!("backlog load failed: {}", first.unwrap_or_default());
         }
         sync_disk();
-        // Like for like: a client POSTing the very bodies the relay will send (the stored
-        // events, envelope included), from memory, each time to a fresh reference server. Its
-        // rate follows the disk's sync time from one run to the next (0.4-0.95M events/s were
-        // seen on one machine in one hour), so the best of three is the reference.
-        {
-            let (d, _) = s.start(FSYNC_ALWAYS)?;
-            let bodies = rpc::event_bodies(&s.socket(), "backlog", events, RELAY_BATCH);
-            d.stop()?;
-            let bodies = bodies?;
-            let mean = bodies.iter().map(|b| b.len()).sum::<usize>() as f64 / events as f64;
-            let mut rates = Vec::new();
-            for _ in 0..3 {
-                sync_disk();
-                let mdir = tempdir(&self.tmp_root, "ref-relay-memory-")?;
-                let ms = RefSetup {
-                    bin: ref_bin.into(),
-                    dir: mdir.path().into(),
-                };
-                let (server, _, addr) = ms.start()?;
-                let rate =
-                    reference::post_bodies(&addr, "v1/stream/bench/backlog", &bodies, events);
-                server.stop()?;
-                rates.push(rate?);
-            }
-            let best = rates.iter().copied().fold(0.0, f64::max);
-            eprintln!(
-                "bench:   the same bodies POSTed from memory: {rates:.0?} events/s ({mean:.0} B per event)"
-            );
-            self.theirs.insert("relay/same_bodies", best);
-            self.ours.insert("relay/event_bytes", mean);
-            sync_disk();
-        }
-        let rdir = tempdir(&self.tmp_root, "ref-relay-")?;
-        let rs = RefSetup {
-            bin: ref_bin.into(),
-            dir: rdir.path().into(),
-        };
+        self.reference_same_bodies(&s, ref_bin, events)?;
+        let (rdir, rs) = self.reference(ref_bin, "ref-relay-")?;
         let (server, _, addr) = rs.start()?;
         let config = format!(
             "{FSYNC_ALWAYS}\n[relay]\nurl = \"http://{addr}/v1/stream\"\nprefix = \"bench\"\nbatch_max_events = {RELAY_BATCH}\nbatch_max_bytes = 4194304"
@@ -1288,6 +1253,41 @@ impl Bench<'_> {
             p.p99.map(|v| self.ours.insert("relay/p99", v));
         }
         drop((dir, rdir));
+        sync_disk();
+        Ok(())
+    }
+
+    /// Like for like for the relay: a client POSTing the very bodies the relay will send (the
+    /// stored events of `s`'s "backlog", envelope included), from memory, each time to a fresh
+    /// reference server. Its rate follows the disk's sync time from one run to the next
+    /// (0.4-0.95M events/s were seen on one machine in one hour), so the best of three is the
+    /// reference.
+    fn reference_same_bodies(
+        &mut self,
+        s: &DstreamSetup,
+        ref_bin: &Path,
+        events: u64,
+    ) -> Result<()> {
+        let (d, _) = s.start(FSYNC_ALWAYS)?;
+        let bodies = rpc::event_bodies(&s.socket(), "backlog", events, RELAY_BATCH);
+        d.stop()?;
+        let bodies = bodies?;
+        let mean = bodies.iter().map(|b| b.len()).sum::<usize>() as f64 / events as f64;
+        let mut rates = Vec::new();
+        for _ in 0..3 {
+            sync_disk();
+            let (_dir, ms) = self.reference(ref_bin, "ref-relay-memory-")?;
+            let (server, _, addr) = ms.start()?;
+            let rate = reference::post_bodies(&addr, "v1/stream/bench/backlog", &bodies, events);
+            server.stop()?;
+            rates.push(rate?);
+        }
+        let best = rates.iter().copied().fold(0.0, f64::max);
+        eprintln!(
+            "bench:   the same bodies POSTed from memory: {rates:.0?} events/s ({mean:.0} B per event)"
+        );
+        self.theirs.insert("relay/same_bodies", best);
+        self.ours.insert("relay/event_bytes", mean);
         sync_disk();
         Ok(())
     }

@@ -15,15 +15,34 @@ fn offset_token(event_index: u64) -> String {
     format!("0000000000000000_{:016}", event_index * WIRE_BYTES)
 }
 
-/// Creates `stream` and appends `total` 256-byte events in JSON-array POSTs of `batch`
-/// (its fastest documented way in). Returns events/s.
-pub fn bulk_load(addr: &str, stream: &str, total: u64, batch: u64) -> Result<f64> {
+/// Connects and creates `stream` (a JSON stream); returns the connection and its path.
+fn create(addr: &str, stream: &str) -> Result<(HttpConn, String)> {
     let mut c = HttpConn::connect(addr)?;
     let path = format!("/{stream}");
     let r = c.request("PUT", &path, Some("application/json"), b"")?;
     if r.status != 201 && r.status != 200 {
         bail!("PUT {path}: HTTP {}", r.status);
     }
+    Ok((c, path))
+}
+
+/// POSTs one JSON-array body to the stream at `path`.
+fn post(c: &mut HttpConn, path: &str, body: &[u8]) -> Result<()> {
+    let r = c.request("POST", path, Some("application/json"), body)?;
+    if r.status != 204 && r.status != 200 {
+        bail!(
+            "POST {path}: HTTP {} {}",
+            r.status,
+            String::from_utf8_lossy(&r.body)
+        );
+    }
+    Ok(())
+}
+
+/// Creates `stream` and appends `total` 256-byte events in JSON-array POSTs of `batch`
+/// (its fastest documented way in). Returns events/s.
+pub fn bulk_load(addr: &str, stream: &str, total: u64, batch: u64) -> Result<f64> {
+    let (mut c, path) = create(addr, stream)?;
     let t0 = Instant::now();
     let mut body = String::new();
     let mut seq = 1;
@@ -38,14 +57,7 @@ pub fn bulk_load(addr: &str, stream: &str, total: u64, batch: u64) -> Result<f64
             push_event(&mut body, s, None);
         }
         body.push(']');
-        let r = c.request("POST", &path, Some("application/json"), body.as_bytes())?;
-        if r.status != 204 && r.status != 200 {
-            bail!(
-                "POST {path}: HTTP {} {}",
-                r.status,
-                String::from_utf8_lossy(&r.body)
-            );
-        }
+        post(&mut c, &path, body.as_bytes())?;
         seq = to + 1;
     }
     let rate = total as f64 / t0.elapsed().as_secs_f64();
@@ -64,22 +76,10 @@ pub fn bulk_load(addr: &str, stream: &str, total: u64, batch: u64) -> Result<f64
 /// Creates `stream` and POSTs `bodies` (JSON arrays, `events` events in all) one after the
 /// other, as a client holding them in memory would. Returns events/s.
 pub fn post_bodies(addr: &str, stream: &str, bodies: &[Vec<u8>], events: u64) -> Result<f64> {
-    let mut c = HttpConn::connect(addr)?;
-    let path = format!("/{stream}");
-    let r = c.request("PUT", &path, Some("application/json"), b"")?;
-    if r.status != 201 && r.status != 200 {
-        bail!("PUT {path}: HTTP {}", r.status);
-    }
+    let (mut c, path) = create(addr, stream)?;
     let t0 = Instant::now();
     for body in bodies {
-        let r = c.request("POST", &path, Some("application/json"), body)?;
-        if r.status != 204 && r.status != 200 {
-            bail!(
-                "POST {path}: HTTP {} {}",
-                r.status,
-                String::from_utf8_lossy(&r.body)
-            );
-        }
+        post(&mut c, &path, body)?;
     }
     Ok(events as f64 / t0.elapsed().as_secs_f64())
 }
