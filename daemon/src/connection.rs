@@ -180,6 +180,11 @@ pub async fn serve(
     drop(caller); // ends subscriptions and, once pending replies are out, the writer
     let _ = writer.await;
     state.stats.connections.fetch_sub(1, Ordering::Relaxed);
+    // The slot is free before the socket closes: a client that saw this connection end may
+    // count on its place (a hook connecting next, or a test counting connections).
+    drop(slot);
+    drop(reader);
+    drop(stream);
 }
 
 /// Reads the next frame, within the idle timeout: the first frame must be done `idle` after
