@@ -626,6 +626,48 @@ fn a_daemon_that_never_answers_is_cut_off_by_the_deadline() {
 }
 
 #[test]
+fn a_daemon_that_trickles_its_reply_is_cut_off_by_the_deadline() {
+    // Each byte arrives well within any one read's patience; the line never ends. The hook
+    // must count the whole reply against its deadline, not each read.
+    each_form(|_| {
+        let dir = temp_dir();
+        let sock = dir.path().join("trickle.sock");
+        let listener = UnixListener::bind(&sock).unwrap();
+        let server = thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut request = String::new();
+            BufReader::new(conn.try_clone().unwrap())
+                .read_line(&mut request)
+                .unwrap();
+            let deadline = Instant::now() + HANG_GUARD;
+            while Instant::now() < deadline && conn.write_all(b" ").is_ok() {
+                thread::sleep(Duration::from_millis(20));
+            }
+        });
+        let env = [("DSTREAM_HOOK_TIMEOUT_MS", "300")];
+        let event = pre_tool_use("s-trickle").to_string();
+        let (out, took) = hook_with(
+            &sock,
+            event.as_bytes(),
+            &["--fail-closed"],
+            &env,
+            HANG_GUARD,
+        );
+        let answer = printed(&out);
+        assert_eq!(answer["hookSpecificOutput"]["permissionDecision"], "deny");
+        let reason = answer["hookSpecificOutput"]["permissionDecisionReason"]
+            .as_str()
+            .unwrap();
+        assert!(
+            reason.contains("timed out waiting for the daemon's reply"),
+            "{reason}"
+        );
+        assert!(took >= Duration::from_millis(300), "{took:?}");
+        server.join().unwrap();
+    });
+}
+
+#[test]
 fn a_stdin_that_never_ends_is_cut_off_too() {
     each_form(|_| {
         let dir = temp_dir();

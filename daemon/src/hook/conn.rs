@@ -2,11 +2,13 @@
 //! blocking JSON-RPC client on it, one request at a time.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
+use std::time::{Duration, Instant};
 
 use dstream_sdk::protocol::RpcError;
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::hook::deadline::Clock;
 use crate::hook::outcome::Failure;
 
 /// The longest reply line the hook accepts from the daemon.
@@ -17,9 +19,20 @@ type Stream = std::os::unix::net::UnixStream;
 
 /// Connects, and makes sure the daemon at `path` runs as this user: a socket another user
 /// planted on a shared path could otherwise answer `allow` (and an edited input) for any call.
+///
+/// Connecting waits at most `within` (`SO_SNDTIMEO` bounds a Unix socket's connect on Linux):
+/// only a daemon whose accept queue is full makes it wait at all.
 #[cfg(unix)]
-fn connect(path: &std::path::Path) -> io::Result<Stream> {
-    let stream = Stream::connect(path)?;
+fn connect(path: &std::path::Path, within: Duration) -> io::Result<Stream> {
+    use socket2::{Domain, SockAddr, Socket, Type};
+    if within.is_zero() {
+        return Err(io::ErrorKind::TimedOut.into());
+    }
+    let socket = Socket::new(Domain::UNIX, Type::STREAM, None)?;
+    socket.set_write_timeout(Some(within))?;
+    socket.connect(&SockAddr::unix(path)?)?;
+    socket.set_write_timeout(None)?;
+    let stream = Stream::from(socket);
     let theirs = peer_uid(&stream)?;
     // SAFETY: geteuid has no preconditions.
     let mine = unsafe { libc::geteuid() };
@@ -76,39 +89,98 @@ fn peer_uid(stream: &Stream) -> io::Result<u32> {
 type Stream = std::net::TcpStream;
 
 #[cfg(not(unix))]
-fn connect(_path: &std::path::Path) -> io::Result<Stream> {
+fn connect(_path: &std::path::Path, _within: Duration) -> io::Result<Stream> {
     Err(io::Error::new(
         io::ErrorKind::Unsupported,
         "`dstream hook` talks to the daemon over a Unix socket, which this platform lacks",
     ))
 }
 
+/// The socket, each read and write of which waits at most until `until`: a daemon that stops
+/// answering, or trickles its reply, cannot hold the hook past its phase's deadline.
+struct Timed {
+    stream: Stream,
+    until: Instant,
+}
+
+impl Timed {
+    fn left(&self) -> io::Result<Duration> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        Ok(left)
+    }
+}
+
+impl Read for Timed {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.stream.set_read_timeout(Some(self.left()?))?;
+        self.stream.read(buf)
+    }
+}
+
+impl Write for Timed {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.stream.set_write_timeout(Some(self.left()?))?;
+        self.stream.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.stream.flush()
+    }
+}
+
+/// Whether `e` is a socket timeout (a timed-out read or write reports `WouldBlock`).
+fn timed_out(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+    )
+}
+
 /// One connection to the daemon, used for one request at a time.
 pub(crate) struct Conn {
-    reader: BufReader<Stream>,
-    writer: Stream,
+    reader: BufReader<Timed>,
+    writer: Timed,
     next_id: u64,
 }
 
 impl Conn {
-    pub(crate) fn open(socket: &std::path::Path) -> Result<Conn, Failure> {
-        let stream = connect(socket).map_err(|e| match e.kind() {
+    /// Connects within what the clock's phase has left.
+    pub(crate) fn open(socket: &std::path::Path, clock: &Clock) -> Result<Conn, Failure> {
+        let stream = connect(socket, clock.left()).map_err(|e| match e.kind() {
             io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => Failure::NotRunning(e),
+            _ if timed_out(&e) => clock.expired(),
             _ => Failure::Io(e),
         })?;
+        let until = clock.until();
         Ok(Conn {
-            reader: BufReader::new(stream.try_clone().map_err(Failure::Io)?),
-            writer: stream,
+            reader: BufReader::new(Timed {
+                stream: stream.try_clone().map_err(Failure::Io)?,
+                until,
+            }),
+            writer: Timed { stream, until },
             next_id: 1,
         })
     }
 
-    /// Sends a request and waits for its response. The deadline is the main thread's.
+    /// Sends a request and waits for its response, within what the clock's phase has left.
     pub(crate) fn call(
         &mut self,
         method: &str,
         params: &impl Serialize,
+        clock: &Clock,
     ) -> Result<Result<Value, RpcError>, Failure> {
+        self.writer.until = clock.until();
+        self.reader.get_mut().until = clock.until();
+        let io_failure = |e: io::Error| {
+            if timed_out(&e) {
+                clock.expired()
+            } else {
+                Failure::Io(e)
+            }
+        };
         let id = self.next_id;
         self.next_id += 1;
         let mut frame = serde_json::to_vec(
@@ -116,13 +188,13 @@ impl Conn {
         )
         .map_err(|e| Failure::BadReply(e.to_string()))?;
         frame.push(b'\n');
-        self.writer.write_all(&frame).map_err(Failure::Io)?;
+        self.writer.write_all(&frame).map_err(io_failure)?;
         loop {
             let mut line = Vec::new();
             let n = (&mut self.reader)
                 .take(MAX_REPLY_BYTES)
                 .read_until(b'\n', &mut line)
-                .map_err(Failure::Io)?;
+                .map_err(io_failure)?;
             if n == 0 {
                 return Err(Failure::Io(io::Error::new(
                     io::ErrorKind::UnexpectedEof,

@@ -1,10 +1,13 @@
-//! The deadlines: the worker thread reads stdin and asks the daemon, while the main thread
-//! waits for each of its steps within that step's deadline, and answers without the daemon
-//! when one passes.
+//! The deadlines, kept on the one thread that does the work: every blocking step (reading
+//! stdin, connecting, each write and read of a request, waiting for a decision) is given what
+//! its phase has left, and a step that runs out ends the hook with the phase named. Only the
+//! spool write, which cannot be cut short from outside, runs on a thread of its own.
+//!
+//! One thread because the hook is a process per tool call: a second thread (its stack, its
+//! malloc arena, the hand-offs) cost about a tenth of the hook's wall time.
 
-use std::io;
 use std::path::PathBuf;
-use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::util::time::now_ms;
@@ -14,8 +17,9 @@ use crate::autostart;
 use crate::hook::args::Program;
 use crate::hook::exchange::exchange;
 use crate::hook::fallback::Fallback;
-use crate::hook::input::read_input;
-use crate::hook::outcome::{Failure, Outcome, Step};
+use crate::hook::input::{Input, read_input};
+use crate::hook::outcome::{Failure, Outcome};
+use crate::hook::stdin::TimedStdin;
 
 /// How long connecting to the daemon's socket may take. A local socket connects at once or
 /// fails at once; this only bounds a daemon so swamped that its accept queue is full.
@@ -26,8 +30,73 @@ const SPOOL_TIMEOUT: Duration = Duration::from_secs(5);
 /// applies the checkpoint's default itself (the daemon may be restarting).
 const CHECKPOINT_GRACE: Duration = Duration::from_secs(5);
 
-/// Reads the event and asks the daemon on a worker thread, within `timeout` for the whole
-/// exchange (or a pending checkpoint's deadline): the event's kind, once read, and the outcome.
+/// The phase the hook is in and until when it may last.
+pub(crate) struct Clock {
+    /// The whole exchange's deadline.
+    overall: Instant,
+    phase: &'static str,
+    until: Instant,
+}
+
+impl Clock {
+    fn new(timeout: Duration) -> Clock {
+        let overall = Instant::now() + timeout;
+        Clock {
+            overall,
+            phase: "reading the event from stdin",
+            until: overall,
+        }
+    }
+
+    fn enter(&mut self, phase: &'static str, until: Instant) {
+        self.phase = phase;
+        self.until = until;
+    }
+
+    pub(crate) fn connecting(&mut self) {
+        let until = self.overall.min(Instant::now() + CONNECT_TIMEOUT);
+        self.enter("connecting to the daemon", until);
+    }
+
+    pub(crate) fn connected(&mut self) {
+        let until = self.overall;
+        self.enter("waiting for the daemon's reply", until);
+    }
+
+    /// The call waits for a person: from now on the deadline is the checkpoint's, plus grace.
+    pub(crate) fn waiting(&mut self, deadline_ms: u64) {
+        let left = Duration::from_millis(deadline_ms.saturating_sub(now_ms()));
+        self.enter(
+            "waiting for a decision",
+            Instant::now() + left + CHECKPOINT_GRACE,
+        );
+    }
+
+    fn starting(&mut self) {
+        let until = self
+            .overall
+            .min(Instant::now() + autostart::wait_bound() + CONNECT_TIMEOUT);
+        self.enter("starting the daemon", until);
+    }
+
+    /// When the current phase ends.
+    pub(crate) fn until(&self) -> Instant {
+        self.until
+    }
+
+    /// What the phase has left; zero once it is over.
+    pub(crate) fn left(&self) -> Duration {
+        self.until.saturating_duration_since(Instant::now())
+    }
+
+    /// The failure of running out of time in the current phase.
+    pub(crate) fn expired(&self) -> Failure {
+        Failure::Timeout(self.phase)
+    }
+}
+
+/// Reads the event and asks the daemon, within `timeout` for the whole exchange (or a pending
+/// checkpoint's deadline): the event's kind, once read, and the outcome.
 pub(crate) fn ingest_within(
     source: &'static str,
     socket: PathBuf,
@@ -35,120 +104,73 @@ pub(crate) fn ingest_within(
     fail_closed: bool,
     program: Program,
 ) -> (Option<String>, Outcome) {
-    let (tx, rx) = mpsc::channel();
+    let mut clock = Clock::new(timeout);
     let reply_by_ms = now_ms().saturating_add(timeout.as_millis() as u64);
-    let spawned = std::thread::Builder::new()
-        .name("dstream-hook".into())
-        .spawn(move || work(source, socket, reply_by_ms, fail_closed, program, tx));
-    match spawned {
-        Ok(_) => watch(&rx, timeout),
-        Err(e) => (None, Err(Failure::Io(e))),
+    let mut stdin = TimedStdin::new(clock.until());
+    let mut input = read_input(&mut stdin);
+    if stdin.timed_out() {
+        return (None, Err(clock.expired()));
     }
-}
-
-/// The main thread's side: waits for the worker's steps, each within its deadline.
-fn watch(rx: &mpsc::Receiver<Step>, timeout: Duration) -> (Option<String>, Outcome) {
-    let deadline = Instant::now() + timeout;
-    let mut kind = None;
-    let mut phase = "reading the event from stdin";
-    let mut phase_deadline = deadline;
-    let mut waiting = None;
-    loop {
-        let wait = phase_deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(wait) {
-            Ok(Step::Waiting(checkpoint)) => {
-                phase = "waiting for a decision";
-                let left = Duration::from_millis(checkpoint.deadline_ms.saturating_sub(now_ms()));
-                phase_deadline = Instant::now() + left + CHECKPOINT_GRACE;
-                waiting = Some(checkpoint);
+    let kind = input.kind.clone();
+    let result = exchange(source, &socket, &mut input, reply_by_ms, &mut clock);
+    let Err(Failure::NotRunning(e)) = &result else {
+        return (kind, result);
+    };
+    // No daemon: start one, or spool the event.
+    let fallback = Fallback::resolve(&socket, program);
+    if let Some(note) = &fallback.note {
+        eprintln!("dstream hook: {note}");
+    }
+    let why = if fallback.autostart() {
+        clock.starting();
+        match fallback.start(clock.left()) {
+            Ok(_) => {
+                let result = exchange(source, &socket, &mut input, reply_by_ms, &mut clock);
+                return (kind, result);
             }
-            Err(RecvTimeoutError::Timeout) if waiting.is_some() => {
-                return (
-                    kind,
-                    Err(Failure::Undecided(Box::new(waiting.take().expect("set")))),
-                );
-            }
-            Ok(Step::Input(k)) => {
-                kind = k;
-                phase = "connecting to the daemon";
-                phase_deadline = deadline.min(Instant::now() + CONNECT_TIMEOUT);
-            }
-            Ok(Step::Connected) => {
-                phase = "waiting for the daemon's reply";
-                phase_deadline = deadline;
-            }
-            Ok(Step::Starting) => {
-                phase = "starting the daemon";
-                phase_deadline =
-                    deadline.min(Instant::now() + autostart::wait_bound() + CONNECT_TIMEOUT);
-            }
-            // Writing a few KiB and two syncs: the agent's deadline may be spent, but a
-            // spooled event is the one thing the hook must not cut short.
-            Ok(Step::Spooling) => {
-                phase = "spooling the event";
-                phase_deadline = Instant::now() + SPOOL_TIMEOUT;
-            }
-            Ok(Step::Reply(r)) => return (kind, r),
-            Err(RecvTimeoutError::Timeout) => return (kind, Err(Failure::Timeout(phase))),
-            Err(RecvTimeoutError::Disconnected) => {
-                return (
-                    kind,
-                    Err(Failure::BadReply("the hook's worker stopped".into())),
-                );
-            }
+            Err(e) => format!("no daemon, and starting one failed: {e}"),
         }
-    }
+    } else {
+        format!("the daemon is not running ({e}) and autostart is off")
+    };
+    // A call the hook refuses itself did not run: the spool says so.
+    let refused =
+        fail_closed && matches!(kind.as_deref(), Some("PreToolUse" | "PermissionRequest"));
+    (
+        kind,
+        Err(spool_within(source, fallback, input, refused, why)),
+    )
 }
 
-/// The worker: reads stdin, then asks the daemon; without one, starts one or spools.
-fn work(
+/// Writes the event to the spool on a thread of its own, waiting [`SPOOL_TIMEOUT`] for it:
+/// writing a few KiB and two syncs. The agent's deadline may be spent, but a spooled event is
+/// the one thing the hook must not cut short.
+fn spool_within(
     source: &'static str,
-    socket: PathBuf,
-    reply_by_ms: u64,
-    fail_closed: bool,
-    program: Program,
-    tx: mpsc::Sender<Step>,
-) {
-    let mut input = read_input(&mut io::stdin().lock());
-    let _ = tx.send(Step::Input(input.kind.clone()));
-    let mut result = exchange(source, &socket, &mut input, reply_by_ms, &tx);
-    if let Err(Failure::NotRunning(e)) = &result {
-        let fallback = Fallback::resolve(&socket, program);
-        if let Some(note) = &fallback.note {
-            eprintln!("dstream hook: {note}");
-        }
-        let why = if fallback.autostart() {
-            let _ = tx.send(Step::Starting);
-            match fallback.start() {
-                Ok(_) => {
-                    result = exchange(source, &socket, &mut input, reply_by_ms, &tx);
-                    None
-                }
-                Err(e) => Some(format!("no daemon, and starting one failed: {e}")),
-            }
-        } else {
-            Some(format!(
-                "the daemon is not running ({e}) and autostart is off"
-            ))
+    fallback: Fallback,
+    mut input: Input,
+    refused: bool,
+    why: String,
+) -> Failure {
+    let (tx, rx) = mpsc::channel();
+    let mut write = move || fallback.spool(source, &mut input, refused.then_some("deny"));
+    let spawned = std::thread::Builder::new()
+        .name("dstream-hook-spool".into())
+        .spawn(move || {
+            let _ = tx.send(write());
+        });
+    if let Err(e) = spawned {
+        return Failure::Lost {
+            why,
+            spool: format!("no thread could be started to write it: {e}"),
         };
-        if let Some(why) = why {
-            let _ = tx.send(Step::Spooling);
-            // A call the hook refuses itself did not run: the spool says so.
-            let refused = fail_closed
-                && matches!(
-                    input.kind.as_deref(),
-                    Some("PreToolUse" | "PermissionRequest")
-                );
-            result = Err(
-                match fallback.spool(source, &mut input, refused.then_some("deny")) {
-                    Ok(file) => Failure::Spooled { why, file },
-                    Err(e) => Failure::Lost {
-                        why,
-                        spool: e.to_string(),
-                    },
-                },
-            );
-        }
     }
-    let _ = tx.send(Step::Reply(result));
+    match rx.recv_timeout(SPOOL_TIMEOUT) {
+        Ok(Ok(file)) => Failure::Spooled { why, file },
+        Ok(Err(e)) => Failure::Lost {
+            why,
+            spool: e.to_string(),
+        },
+        Err(_) => Failure::Timeout("spooling the event"),
+    }
 }

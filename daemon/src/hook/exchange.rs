@@ -1,8 +1,7 @@
 //! The exchange with the daemon: `ingest` the event (cut to the daemon's frame limit), and
 //! when the call is held by a checkpoint, await the decision across daemon restarts.
 
-use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::claude_reply::decision_of;
 use crate::util::backoff::Backoff;
@@ -13,9 +12,10 @@ use dstream_sdk::protocol::{
 use serde_json::json;
 
 use crate::hook::conn::Conn;
+use crate::hook::deadline::Clock;
 use crate::hook::fit::fit;
 use crate::hook::input::Input;
-use crate::hook::outcome::{Failure, Outcome, Step};
+use crate::hook::outcome::{Failure, Outcome};
 
 /// Pauses between attempts to reach a daemon that went away while a checkpoint was pending.
 const RECONNECT_MIN: Duration = Duration::from_millis(50);
@@ -30,10 +30,11 @@ pub(crate) fn exchange(
     socket: &std::path::Path,
     input: &mut Input,
     reply_by_ms: u64,
-    tx: &mpsc::Sender<Step>,
+    clock: &mut Clock,
 ) -> Outcome {
-    let mut conn = Conn::open(socket)?;
-    let _ = tx.send(Step::Connected);
+    clock.connecting();
+    let mut conn = Conn::open(socket, clock)?;
+    clock.connected();
     let session_id = input
         .session_id
         .clone()
@@ -49,7 +50,7 @@ pub(crate) fn exchange(
             session_id: session_id.clone(),
             reply_by_ms: Some(reply_by_ms),
         };
-        match conn.call(methods::INGEST, &params)? {
+        match conn.call(methods::INGEST, &params, clock)? {
             Ok(result) => {
                 let mut result: IngestResult =
                     serde_json::from_value(result).map_err(|e| Failure::BadReply(e.to_string()))?;
@@ -58,8 +59,8 @@ pub(crate) fn exchange(
                     && let Some(checkpoint) = d.checkpoint.clone()
                     && checkpoint.decision.is_none()
                 {
-                    let _ = tx.send(Step::Waiting(checkpoint.clone()));
-                    let decided = await_decision(conn, socket, checkpoint)?;
+                    clock.waiting(checkpoint.deadline_ms);
+                    let decided = await_decision(conn, socket, checkpoint, clock)?;
                     *d = decision_of(decided);
                 }
                 return Ok((result, altered));
@@ -68,7 +69,7 @@ pub(crate) fn exchange(
             // event to fit and send it once more.
             Err(e) if e.code == codes::FRAME_TOO_LARGE && !asked_limit => {
                 asked_limit = true;
-                let hello: HelloResult = match conn.call(methods::HELLO, &json!({}))? {
+                let hello: HelloResult = match conn.call(methods::HELLO, &json!({}), clock)? {
                     Ok(v) => serde_json::from_value(v).map_err(|_| Failure::Rpc(e.clone()))?,
                     Err(_) => return Err(Failure::Rpc(e)),
                 };
@@ -84,34 +85,40 @@ pub(crate) fn exchange(
 
 /// Waits for a person's decision on `checkpoint`, across daemon restarts: a lost connection
 /// is made again (the checkpoint is rebuilt from the log on the daemon's side) and the await
-/// sent again, until the main thread's deadline ends the hook.
+/// sent again, until the clock's deadline (the checkpoint's, plus grace): then its default
+/// applies.
 fn await_decision(
     conn: Conn,
     socket: &std::path::Path,
     checkpoint: CheckpointInfo,
+    clock: &Clock,
 ) -> Result<CheckpointInfo, Failure> {
     let params = CheckpointAwaitParams {
         id: checkpoint.id.clone(),
         session_id: Some(checkpoint.session_id.clone()),
         timeout_ms: None,
     };
+    let undecided = |checkpoint: CheckpointInfo| Failure::Undecided(Box::new(checkpoint));
     let mut conn = Some(conn);
     let mut backoff = Backoff::new(RECONNECT_MIN, RECONNECT_MAX);
     loop {
+        if Instant::now() >= clock.until() {
+            return Err(undecided(checkpoint));
+        }
         let c = match conn.as_mut() {
             Some(c) => c,
-            None => match Conn::open(socket) {
+            None => match Conn::open(socket, clock) {
                 Ok(c) => {
                     backoff.reset();
                     conn.insert(c)
                 }
                 Err(_) => {
-                    std::thread::sleep(backoff.next_delay(None));
+                    std::thread::sleep(backoff.next_delay(None).min(clock.left()));
                     continue;
                 }
             },
         };
-        match c.call(methods::CHECKPOINT_AWAIT, &params) {
+        match c.call(methods::CHECKPOINT_AWAIT, &params, clock) {
             Ok(Ok(v)) => {
                 let info: CheckpointInfo =
                     serde_json::from_value(v).map_err(|e| Failure::BadReply(e.to_string()))?;

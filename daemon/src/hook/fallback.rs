@@ -7,6 +7,7 @@
 //! started is the one the hook talks to.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::autostart::{self, Launch, Started};
 use crate::config::{Config, DaemonFlags};
@@ -76,9 +77,11 @@ impl Fallback {
         self.autostart
     }
 
-    /// Starts a daemon, waiting at most the autostart bound for it to answer.
-    pub(crate) fn start(&self) -> Result<Started, String> {
-        autostart::ensure_running(&self.launch, autostart::wait_bound()).map_err(|e| e.to_string())
+    /// Starts a daemon, waiting for it to answer at most the autostart bound, or `within`
+    /// if that is shorter.
+    pub(crate) fn start(&self, within: Duration) -> Result<Started, String> {
+        autostart::ensure_running(&self.launch, autostart::wait_bound().min(within))
+            .map_err(|e| e.to_string())
     }
 
     /// Writes the event to the spool, durably. `answered` is what the hook told the agent

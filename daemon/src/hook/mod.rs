@@ -6,10 +6,11 @@
 //! plain blocking client: no async runtime, one connection, one request. It never holds the
 //! agent up for long and never blocks it by accident:
 //!
-//! - The work (stdin, connect, request, reply) runs on a worker thread while the main thread
-//!   keeps the deadlines (see [`deadline`]): one second to connect, `DSTREAM_HOOK_TIMEOUT_MS`
-//!   for the whole exchange. When one passes, the hook answers without the daemon and exits;
-//!   the worker is simply dropped with the process.
+//! - Every blocking step (stdin, connect, each read and write of the request) waits at most
+//!   what its phase has left (see [`deadline`]): one second to connect,
+//!   `DSTREAM_HOOK_TIMEOUT_MS` for the whole exchange. When one passes, the hook answers
+//!   without the daemon and exits. All on one thread: a process per event cannot afford a
+//!   second.
 //! - Without a daemon (no socket, or nobody listening) it starts one (see
 //!   [`crate::autostart`], at most `DSTREAM_AUTOSTART_WAIT_MS`, 2 s by default) and
 //!   sends the event to it; if autostart is off or the start fails, it writes the event to the
@@ -21,10 +22,10 @@
 //!   decision, never an accident.
 //!
 //! The parts, in the order a run uses them: [`args`] (what the hook is told), [`input`] (the
-//! event from stdin), [`deadline`] (the worker and the main thread's deadlines), [`exchange`]
-//! (the requests, over [`conn`], with the event cut by [`fit`]), [`fallback`] (no daemon:
-//! start one or spool), [`outcome`] (what the worker
-//! reports), [`verdict`] (what the outcome means for the call) and [`claude_code`] (the reply
+//! event from stdin, read by [`stdin`] within the deadline), [`deadline`] (the phases and
+//! their deadlines), [`exchange`] (the requests, over [`conn`], with the event cut by
+//! [`fit`]), [`fallback`] (no daemon: start one or spool), [`outcome`] (how asking the daemon
+//! ended), [`verdict`] (what the outcome means for the call) and [`claude_code`] (the reply
 //! printed for Claude Code).
 //!
 //! Only what these use is linked into `dstream-hook`: no clap, no async runtime, no tracing,
@@ -41,6 +42,7 @@ mod fit;
 mod input;
 pub mod lean;
 mod outcome;
+mod stdin;
 mod verdict;
 
 use std::io::{self, Write};

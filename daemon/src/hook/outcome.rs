@@ -1,4 +1,4 @@
-//! What the worker reports to the main thread: its steps, and how asking the daemon can fail.
+//! How asking the daemon ended, and how it can fail.
 
 use std::io;
 use std::path::PathBuf;
@@ -8,20 +8,6 @@ use dstream_sdk::protocol::{CheckpointInfo, IngestResult, RpcError};
 /// How asking the daemon ended: its result and whether the event had to be altered (then an
 /// `updated_input` in the reply must not be applied), or why there is none.
 pub(crate) type Outcome = Result<(IngestResult, bool), Failure>;
-
-/// What the worker reports to the main thread, in this order.
-pub(crate) enum Step {
-    /// stdin was read: the event's kind, for answering without the daemon.
-    Input(Option<String>),
-    Connected,
-    /// No daemon answered: starting one.
-    Starting,
-    /// No daemon could be reached or started: writing the event to the spool.
-    Spooling,
-    /// The call waits for a person: the deadlines are the checkpoint's from now on.
-    Waiting(CheckpointInfo),
-    Reply(Outcome),
-}
 
 /// Why there is no verdict from the daemon.
 pub(crate) enum Failure {

@@ -1,0 +1,91 @@
+//! The hook's stdin, read within a deadline: each read waits (poll) at most what is left, so
+//! an agent that never closes the pipe cannot hold the hook.
+
+use std::io::{self, Read};
+use std::time::Instant;
+
+pub(crate) struct TimedStdin {
+    until: Instant,
+    timed_out: bool,
+}
+
+impl TimedStdin {
+    pub(crate) fn new(until: Instant) -> TimedStdin {
+        TimedStdin {
+            until,
+            timed_out: false,
+        }
+    }
+
+    /// Whether a read ran out of time (what was read by then is not the whole event).
+    pub(crate) fn timed_out(&self) -> bool {
+        self.timed_out
+    }
+
+    #[cfg(unix)]
+    fn wait_readable(&mut self) -> io::Result<()> {
+        loop {
+            let left = self.until.saturating_duration_since(Instant::now());
+            // Rounded up, so a sub-millisecond rest is waited for rather than spun on.
+            let ms = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+            let mut fd = libc::pollfd {
+                fd: libc::STDIN_FILENO,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd, for the length given.
+            let n = unsafe { libc::poll(&mut fd, 1, ms) };
+            match n {
+                // Readable, at its end, or not open: the read says which.
+                1.. => return Ok(()),
+                0 if ms == 0 || Instant::now() >= self.until => {
+                    self.timed_out = true;
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "stdin did not end in time",
+                    ));
+                }
+                0 => {}
+                _ => {
+                    let e = io::Error::last_os_error();
+                    if e.kind() != io::ErrorKind::Interrupted {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    }
+
+    #[cfg(not(unix))]
+    fn wait_readable(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Read for TimedStdin {
+    /// Reads fd 0 itself, not through std's buffered `Stdin`: bytes waiting in that buffer
+    /// would not wake `poll`.
+    #[cfg(unix)]
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.wait_readable()?;
+        loop {
+            // SAFETY: `buf` is valid for writes of its length for the call.
+            let n = unsafe { libc::read(libc::STDIN_FILENO, buf.as_mut_ptr().cast(), buf.len()) };
+            if n >= 0 {
+                return Ok(n as usize);
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => {}
+                // A non-blocking pipe (the agent's choice) with nothing in it yet.
+                io::ErrorKind::WouldBlock => self.wait_readable()?,
+                _ => return Err(e),
+            }
+        }
+    }
+
+    #[cfg(not(unix))]
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        io::stdin().lock().read(buf)
+    }
+}
