@@ -18,6 +18,7 @@ use crate::checkpoint::Checkpoints;
 use crate::config_feed::ConfigFeed;
 use crate::hub::Hub;
 use crate::plugins::PluginSet;
+use crate::plugins::{PLUGIN_STACK_BYTES, allow_inline_calls};
 use crate::store::Store;
 
 /// Ingests waiting for the map thread; past it, `ingest` waits (each one is also
@@ -72,7 +73,11 @@ impl Pipeline {
         };
         std::thread::Builder::new()
             .name("dstream-pipeline".into())
-            .spawn(move || worker.run(mapped))?;
+            .stack_size(PLUGIN_STACK_BYTES)
+            .spawn(move || {
+                allow_inline_calls();
+                worker.run(mapped)
+            })?;
         let stage = MapStage {
             plugins: pipeline.plugins.subscribe(),
             pipeline: Arc::downgrade(&pipeline),
@@ -80,7 +85,11 @@ impl Pipeline {
         };
         std::thread::Builder::new()
             .name("dstream-map".into())
-            .spawn(move || stage.run(rx))?;
+            .stack_size(PLUGIN_STACK_BYTES)
+            .spawn(move || {
+                allow_inline_calls();
+                stage.run(rx)
+            })?;
         tokio::spawn(observe(
             hub,
             pipeline.plugins.subscribe(),

@@ -7,13 +7,13 @@
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dstream_sdk::protocol::PluginInfo;
 use serde_json::Value as Json;
 
 use super::contract::{
-    CALL_QUEUE, Call, Hooks, Input, Limits, PluginError, PluginMeta, Reply, Shared,
+    CALL_QUEUE, Call, Hooks, Input, Limits, PluginError, PluginMeta, Reply, RunInline, Shared,
 };
 
 /// `on_event` calls, and their bytes, one plugin may have queued; past either, committed events
@@ -23,6 +23,21 @@ const MAX_QUEUED_EVENTS: usize = 64;
 const MAX_QUEUED_BYTES: usize = 8 << 20;
 // The backlog leaves room in the call queue for the calls the pipeline waits on.
 const _: () = assert!(MAX_QUEUED_EVENTS * 2 <= CALL_QUEUE);
+
+/// The stack a thread needs to run plugin calls itself: a plugin's own thread has as much.
+pub const PLUGIN_STACK_BYTES: usize = 4 << 20;
+
+thread_local! {
+    /// Whether this thread runs plugin calls itself when it can (see [`allow_inline_calls`]).
+    static INLINE_CALLS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Lets this thread run a plugin's calls itself, when the plugin can and is free, rather than
+/// hand them to the plugin's thread and wait. Only for a thread started with
+/// [`PLUGIN_STACK_BYTES`] of stack, which only waits on its calls (the pipeline's).
+pub fn allow_inline_calls() {
+    INLINE_CALLS.set(true);
+}
 
 /// One loaded plugin: its description, the queue to its thread, its counters and health.
 pub struct Plugin {
@@ -35,6 +50,8 @@ pub struct Plugin {
     pub origin: String,
     pub(super) fingerprint: u64,
     pub(super) tx: SyncSender<Call>,
+    /// Runs calls on the caller's thread when the plugin is free (Lua), else `None`.
+    pub(super) inline: Option<Arc<dyn RunInline>>,
     pub(super) limits: Limits,
     pub(super) shared: Arc<Shared>,
     /// Why a newer version of this plugin's file failed to load (this one keeps running).
@@ -79,6 +96,19 @@ impl Plugin {
                 disabled_now: None,
             });
         }
+        let input = match &self.inline {
+            Some(inline) if INLINE_CALLS.get() => {
+                let started = Instant::now();
+                match inline.try_run(hook, input) {
+                    Ok(result) => {
+                        let micros = started.elapsed().as_micros() as u64;
+                        return self.finished(Reply { result, micros });
+                    }
+                    Err(input) => input,
+                }
+            }
+            _ => input,
+        };
         let (reply_tx, reply_rx) = mpsc::channel();
         let sent = self.tx.send(Call {
             hook,
@@ -91,13 +121,7 @@ impl Plugin {
             Err(_) => None,
         };
         match reply {
-            Some(Reply { result, micros }) => {
-                let disabled_now = self.shared.record(result.as_ref().err(), micros, false);
-                result.map_err(|error| Failure {
-                    error,
-                    disabled_now,
-                })
-            }
+            Some(reply) => self.finished(reply),
             None => {
                 let error = PluginError::Timeout(self.limits.call_timeout.as_millis());
                 let micros = self.limits.call_timeout.as_micros() as u64;
@@ -108,6 +132,15 @@ impl Plugin {
                 })
             }
         }
+    }
+
+    /// Counts a call that returned, and passes on its result.
+    fn finished(&self, Reply { result, micros }: Reply) -> Result<Vec<Json>, Failure> {
+        let disabled_now = self.shared.record(result.as_ref().err(), micros, false);
+        result.map_err(|error| Failure {
+            error,
+            disabled_now,
+        })
     }
 
     /// Hands a committed event to `on_event` without waiting; false when it had to skip it

@@ -6,13 +6,12 @@ use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::mpsc::SyncSender;
 
 use dstream_sdk::protocol::PluginLoadError;
 use serde_json::Value as Json;
 
 use super::builtin;
-use super::contract::{Call, Limits, PluginError, PluginMeta, PluginSettings, Shared};
+use super::contract::{Limits, PluginError, PluginSettings, Shared, Started};
 use super::loader::PluginFile;
 use super::{isolated, lua, native};
 
@@ -70,7 +69,7 @@ impl PluginFile for LuaFile {
         Ok(fingerprint(&self.text, &self.config, &self.limits))
     }
 
-    fn start(self, shared: Arc<Shared>) -> Result<(PluginMeta, SyncSender<Call>), PluginError> {
+    fn start(self, shared: Arc<Shared>) -> Result<Started, PluginError> {
         let config = match self.config {
             Json::Null => Json::Object(Default::default()),
             other => other,
@@ -134,7 +133,7 @@ impl PluginFile for NativeFile {
         Ok(h.finish())
     }
 
-    fn start(self, shared: Arc<Shared>) -> Result<(PluginMeta, SyncSender<Call>), PluginError> {
+    fn start(self, shared: Arc<Shared>) -> Result<Started, PluginError> {
         // `isolation = "process"`: in a child process, where a crash costs one call.
         let spawn = if self.config.get("isolation").and_then(Json::as_str) == Some("process") {
             isolated::spawn
@@ -148,6 +147,7 @@ impl PluginFile for NativeFile {
             self.limits,
             shared,
         )
+        .map(Started::queued)
     }
 }
 

@@ -6,12 +6,11 @@
 //! reload keeps; a kind says only how to name, fingerprint and start its files
 //! ([`PluginFile`]).
 
-use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex};
 
 use dstream_sdk::protocol::PluginLoadError;
 
-use super::contract::{Call, Limits, PluginError, PluginMeta, Shared};
+use super::contract::{Limits, PluginError, Shared, Started};
 use super::handle::Plugin;
 
 /// One plugin file of some kind, found for the new set.
@@ -28,7 +27,7 @@ pub(super) trait PluginFile {
     /// the limits); or why the file cannot be read.
     fn fingerprint(&self) -> Result<u64, String>;
     /// Starts the plugin on its own thread: what it declares and the queue of its calls.
-    fn start(self, shared: Arc<Shared>) -> Result<(PluginMeta, SyncSender<Call>), PluginError>;
+    fn start(self, shared: Arc<Shared>) -> Result<Started, PluginError>;
 }
 
 /// A set being built: its plugins so far, and the errors to show beside them.
@@ -90,7 +89,7 @@ impl<'a> Loading<'a> {
         let origin = file.origin();
         let shared = Shared::new(self.max_consecutive_errors);
         match file.start(shared.clone()) {
-            Ok((meta, tx)) => {
+            Ok(Started { meta, tx, inline }) => {
                 *shared.name.lock().unwrap() = meta.name.clone();
                 self.plugins.push(Arc::new(Plugin {
                     meta,
@@ -99,6 +98,7 @@ impl<'a> Loading<'a> {
                     origin,
                     fingerprint,
                     tx,
+                    inline,
                     limits: self.limits,
                     shared,
                     newer_failed: Mutex::new(None),
@@ -122,7 +122,7 @@ impl<'a> Loading<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::contract::Hooks;
+    use crate::plugins::contract::{Hooks, PluginMeta};
     use std::sync::mpsc;
     use std::time::Duration;
 
@@ -146,7 +146,7 @@ mod tests {
         fn fingerprint(&self) -> Result<u64, String> {
             self.version.clone()
         }
-        fn start(self, _: Arc<Shared>) -> Result<(PluginMeta, SyncSender<Call>), PluginError> {
+        fn start(self, _: Arc<Shared>) -> Result<Started, PluginError> {
             if !self.starts {
                 return Err(PluginError::Load("syntax error".into()));
             }
@@ -157,7 +157,7 @@ mod tests {
                 hooks: Hooks::PROCESS,
                 process_if_contains: None,
             };
-            Ok((meta, mpsc::sync_channel(1).0))
+            Ok(Started::queued((meta, mpsc::sync_channel(1).0)))
         }
     }
 

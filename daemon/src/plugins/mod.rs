@@ -25,7 +25,7 @@ use std::sync::Arc;
 use dstream_sdk::protocol::{PluginInfo, PluginLoadError};
 
 pub use contract::{Hooks, Input, PluginSettings, Shared};
-pub use handle::{Failure, Plugin};
+pub use handle::{Failure, PLUGIN_STACK_BYTES, Plugin, allow_inline_calls};
 use kinds::LuaFile;
 use loader::{Loading, PluginFile};
 
@@ -102,7 +102,7 @@ impl PluginSet {
                 .map(|n| n.to_string_lossy().to_string())
                 .unwrap_or_else(|| "plugin.lua".into());
             let started = LuaFile::new(file, origin.clone(), text, settings).start(Shared::new(1));
-            ("lua", started.map_err(|e| e.to_string())?.0)
+            ("lua", started.map_err(|e| e.to_string())?.meta)
         };
         Ok(PluginInfo {
             name: meta.name,
@@ -207,5 +207,80 @@ mod tests {
             g.redactions,
             t.elapsed().as_secs_f64() * 1000.0
         );
+    }
+
+    /// A plugin folder holding `t.lua`, whose `map` emits one event per call (or loops when
+    /// the raw event says so) and whose `on_event` keeps its thread busy until its budget ends.
+    fn busy_plugin() -> (tempfile::TempDir, PluginSet) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("t.lua"),
+            "local M = { name = 't', api = 1, sources = { 't' } }\n\
+             function M.map(raw, emit, ctx)\n\
+               if raw.loop then while true do end end\n\
+               emit({ type = 'test.mapped', session_id = 's', payload = { n = raw.n } })\n\
+             end\n\
+             function M.on_event(e) while true do end end\n\
+             return M\n",
+        )
+        .unwrap();
+        let settings = PluginSettings {
+            dir: dir.path().to_path_buf(),
+            ..settings()
+        };
+        let set = PluginSet::load(&settings, None);
+        assert!(set.errors.is_empty(), "{:?}", set.errors);
+        (dir, set)
+    }
+
+    fn map_n(plugin: &Plugin, raw: Json) -> Result<Vec<Json>, String> {
+        let input = Input::Map {
+            raw: Arc::new(raw),
+            source: "t".into(),
+            session_id: None,
+        };
+        plugin
+            .call(Hooks::MAP, input)
+            .map_err(|f| f.error.to_string())
+    }
+
+    #[test]
+    fn calls_run_inline_are_bounded_and_fall_back_to_the_queue_when_the_plugin_is_busy() {
+        let (_dir, set) = busy_plugin();
+        let plugin = set.mapper("t").unwrap().clone();
+        std::thread::Builder::new()
+            .stack_size(PLUGIN_STACK_BYTES)
+            .spawn(move || {
+                allow_inline_calls();
+                // Run here: the same events as through the plugin's thread.
+                let out = map_n(&plugin, serde_json::json!({"n": 1})).unwrap();
+                assert_eq!(out[0]["payload"]["n"], 1, "{out:?}");
+                // A runaway call on this thread is still stopped by the budget's deadline.
+                let started = std::time::Instant::now();
+                let e = map_n(&plugin, serde_json::json!({"loop": true})).unwrap_err();
+                assert!(e.contains("time") || e.contains("budget"), "{e}");
+                assert!(started.elapsed() < Duration::from_secs(5));
+                // While the plugin's thread runs `on_event` (until its deadline), a call
+                // cannot take the state: it waits in the queue and is answered after.
+                let event = Arc::new(serde_json::json!({"type": "x"}));
+                assert!(plugin.notify(event, 16));
+                let deadline = std::time::Instant::now() + Duration::from_secs(5);
+                assert!(plugin.inline.is_some());
+                while plugin
+                    .shared
+                    .queued_events
+                    .load(std::sync::atomic::Ordering::Acquire)
+                    > 0
+                    && std::time::Instant::now() < deadline
+                {
+                    let out = map_n(&plugin, serde_json::json!({"n": 2})).unwrap();
+                    assert_eq!(out[0]["payload"]["n"], 2, "{out:?}");
+                }
+                let info = plugin.info();
+                assert!(info.errors >= 1, "the runaway call: {info:?}");
+            })
+            .unwrap()
+            .join()
+            .unwrap();
     }
 }

@@ -163,6 +163,7 @@ const SCENARIOS: &[&str] = &[
     "subscriber",
     "checkpoints",
     "agents",
+    "ingest",
     "otlp",
     "ffi",
     "many",
@@ -265,6 +266,9 @@ fn run() -> Result<()> {
         }
         if wants("agents") {
             b.dstream_agents(bin, &repo)?;
+        }
+        if wants("ingest") {
+            b.dstream_ingest(bin, &repo)?;
         }
         if wants("otlp") {
             b.dstream_otlp(bin)?;
@@ -831,8 +835,94 @@ impl Bench<'_> {
         Ok(())
     }
 
+    /// Ingest throughput at 16 connections over 16 sessions, with the default plugins:
+    /// captured Claude Code payloads, then results whose request was never seen.
+    fn dstream_ingest(&mut self, bin: &Path, repo: &Path) -> Result<()> {
+        eprintln!("bench: dstream: ingest C=16");
+        // Ingest throughput: 16 connections, each its own session, captured payloads.
+        let (dir, s) = self.dstream(bin, "dstream-ingest-")?;
+        let (d, _) = s.start(FSYNC_ALWAYS)?;
+        let basic = agents::fixtures(repo, "claude-code")?;
+        let original = basic
+            .first()
+            .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .and_then(|v| v["session_id"].as_str().map(str::to_string))
+            .context("no session_id in the captured payloads")?;
+        let ingesters = (0..16)
+            .map(|k| {
+                let session = format!("ingest-{k}");
+                let events: Vec<String> = basic
+                    .iter()
+                    .map(|e| e.replace(&original, &session))
+                    .collect();
+                Ok(Box::new(agents::Ingester::connect(
+                    &s.socket(),
+                    &session,
+                    std::sync::Arc::new(events),
+                )?) as Box<dyn Appender>)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let (mut r, _, _) = closed_loop(ingesters, self.o.warmup, self.o.measure, None, &|| ());
+        // Results whose requests the daemon never saw (a user who hooked only PostToolUse, a
+        // restart mid-session): each must be looked up, and the logs grow meanwhile.
+        let unmatched_ingesters = (0..16)
+            .map(|k| {
+                let session = format!("unmatched-{k}");
+                let events: Vec<String> = (0..64)
+                    .map(|i| {
+                        serde_json::json!({
+                            "session_id": session, "transcript_path": "/tmp/t.jsonl",
+                            "cwd": "/tmp/project", "hook_event_name": "PostToolUse",
+                            "tool_name": "Bash", "tool_use_id": format!("toolu_{k}_{i}"),
+                            "tool_input": {"command": "cat notes.txt"},
+                            "tool_response": {"stdout": "x".repeat(160), "stderr": "", "interrupted": false},
+                        })
+                        .to_string()
+                    })
+                    .collect();
+                Ok(Box::new(agents::Ingester::connect(
+                    &s.socket(),
+                    &session,
+                    std::sync::Arc::new(events),
+                )?) as Box<dyn Appender>)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let (mut u, _, _) = closed_loop(
+            unmatched_ingesters,
+            self.o.warmup,
+            self.o.measure,
+            None,
+            &|| (),
+        );
+        d.stop()?;
+        let pu = pcts(&mut u.lat_ns, 1e3);
+        eprintln!(
+            "bench:   ingest of unmatched PostToolUse C=16: {:.0}/s, p50 {:?} µs, errors {}",
+            u.per_sec, pu.p50, u.errors
+        );
+        self.ours.insert("ingest_unmatched/s", u.per_sec);
+        let p = pcts(&mut r.lat_ns, 1e3);
+        eprintln!(
+            "bench:   ingest C=16: {:.0}/s, p50 {:?} µs, errors {}",
+            r.per_sec, p.p50, r.errors
+        );
+        self.ours.insert("ingest/s", r.per_sec);
+        p.p50.map(|v| self.ours.insert("ingest/p50", v));
+        if r.errors > 0 {
+            self.notes.push(format!(
+                "ingest C=16: {} failed; first: {}",
+                r.errors,
+                r.first_error.unwrap_or_default()
+            ));
+        }
+        drop(dir);
+        sync_disk();
+
+        Ok(())
+    }
+
     /// The agent side: the hook per call against a one-shot C client, the hook without a
-    /// daemon, each plugin's cost per event, and ingest throughput at 16 connections.
+    /// daemon, each plugin's cost per event.
     fn dstream_agents(&mut self, bin: &Path, repo: &Path) -> Result<()> {
         let quick = self.o.measure < Duration::from_secs(5);
         let (runs, rounds) = if quick {
@@ -996,85 +1086,6 @@ impl Bench<'_> {
             self.ours.insert(leak(format!("plugin/{name}")), micros);
         }
         d.stop()?;
-        drop(dir);
-        sync_disk();
-
-        // Ingest throughput: 16 connections, each its own session, captured payloads.
-        let (dir, s) = self.dstream(bin, "dstream-ingest-")?;
-        let (d, _) = s.start(FSYNC_ALWAYS)?;
-        let basic = agents::fixtures(repo, "claude-code")?;
-        let original = basic
-            .first()
-            .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .and_then(|v| v["session_id"].as_str().map(str::to_string))
-            .context("no session_id in the captured payloads")?;
-        let ingesters = (0..16)
-            .map(|k| {
-                let session = format!("ingest-{k}");
-                let events: Vec<String> = basic
-                    .iter()
-                    .map(|e| e.replace(&original, &session))
-                    .collect();
-                Ok(Box::new(agents::Ingester::connect(
-                    &s.socket(),
-                    &session,
-                    std::sync::Arc::new(events),
-                )?) as Box<dyn Appender>)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let (mut r, _, _) = closed_loop(ingesters, self.o.warmup, self.o.measure, None, &|| ());
-        // Results whose requests the daemon never saw (a user who hooked only PostToolUse, a
-        // restart mid-session): each must be looked up, and the logs grow meanwhile.
-        let unmatched_ingesters = (0..16)
-            .map(|k| {
-                let session = format!("unmatched-{k}");
-                let events: Vec<String> = (0..64)
-                    .map(|i| {
-                        serde_json::json!({
-                            "session_id": session, "transcript_path": "/tmp/t.jsonl",
-                            "cwd": "/tmp/project", "hook_event_name": "PostToolUse",
-                            "tool_name": "Bash", "tool_use_id": format!("toolu_{k}_{i}"),
-                            "tool_input": {"command": "cat notes.txt"},
-                            "tool_response": {"stdout": "x".repeat(160), "stderr": "", "interrupted": false},
-                        })
-                        .to_string()
-                    })
-                    .collect();
-                Ok(Box::new(agents::Ingester::connect(
-                    &s.socket(),
-                    &session,
-                    std::sync::Arc::new(events),
-                )?) as Box<dyn Appender>)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let (mut u, _, _) = closed_loop(
-            unmatched_ingesters,
-            self.o.warmup,
-            self.o.measure,
-            None,
-            &|| (),
-        );
-        d.stop()?;
-        let pu = pcts(&mut u.lat_ns, 1e3);
-        eprintln!(
-            "bench:   ingest of unmatched PostToolUse C=16: {:.0}/s, p50 {:?} µs, errors {}",
-            u.per_sec, pu.p50, u.errors
-        );
-        self.ours.insert("ingest_unmatched/s", u.per_sec);
-        let p = pcts(&mut r.lat_ns, 1e3);
-        eprintln!(
-            "bench:   ingest C=16: {:.0}/s, p50 {:?} µs, errors {}",
-            r.per_sec, p.p50, r.errors
-        );
-        self.ours.insert("ingest/s", r.per_sec);
-        p.p50.map(|v| self.ours.insert("ingest/p50", v));
-        if r.errors > 0 {
-            self.notes.push(format!(
-                "ingest C=16: {} failed; first: {}",
-                r.errors,
-                r.first_error.unwrap_or_default()
-            ));
-        }
         drop(dir);
         sync_disk();
 
@@ -1544,7 +1555,7 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
         Better::Lower,
     );
     t.add(
-        "`dstream-hook claude-code` as `cargo build` links it (dynamic: glibc, libgcc_s), wall ms p50 (reference column: the one-shot C client)",
+        "`dstream-hook claude-code` as `cargo build` links it (dynamic: glibc), wall ms p50 (reference column: the one-shot C client)",
         get(ours, "hook_lean_dynamic/p50"),
         get(theirs, "hook/p50"),
         Better::Lower,

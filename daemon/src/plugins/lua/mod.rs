@@ -37,23 +37,43 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-use std::sync::Arc;
-use std::sync::mpsc::{self, SyncSender};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, TryLockError};
 
 use serde_json::Value as Json;
 
-use super::contract::{CALL_QUEUE, Call, Limits, PluginError, PluginMeta, Shared};
+use super::contract::{
+    CALL_QUEUE, Call, Hooks, Input, Limits, PluginError, RunInline, Shared, Started,
+};
 use state::Host;
 
+/// A loaded state, shared by the plugin's thread (its queued calls, `on_event`) and the
+/// callers that run a call inline while it is free: the budget bounds a call wherever it
+/// runs.
+struct SharedHost(Mutex<Host>);
+
+impl RunInline for SharedHost {
+    fn try_run(&self, hook: Hooks, input: Input) -> Result<Result<Vec<Json>, PluginError>, Input> {
+        match self.0.try_lock() {
+            Ok(host) => Ok(host.run(hook, input)),
+            // A call that panicked left nothing half-done that the next call relies on: each
+            // starts its own budget and output.
+            Err(TryLockError::Poisoned(p)) => Ok(p.into_inner().run(hook, input)),
+            Err(TryLockError::WouldBlock) => Err(input),
+        }
+    }
+}
+
 /// Starts a plugin's thread, loads `source` in a fresh sandbox there and calls its `init`.
-/// Returns the plugin's description and the queue of its calls, or why it could not load.
+/// Returns the plugin's description, the queue of its calls and the state for inline calls,
+/// or why it could not load.
 pub fn spawn(
     file_name: &str,
     source: String,
     config: Json,
     limits: Limits,
     shared: Arc<Shared>,
-) -> Result<(PluginMeta, SyncSender<Call>), PluginError> {
+) -> Result<Started, PluginError> {
     let (ready_tx, ready_rx) = mpsc::channel();
     let (tx, rx) = mpsc::sync_channel::<Call>(CALL_QUEUE);
     let chunk_name = format!("@{file_name}");
@@ -61,7 +81,7 @@ pub fn spawn(
     let load_timeout = limits.call_timeout * 4;
     std::thread::Builder::new()
         .name(thread_name)
-        .stack_size(4 << 20)
+        .stack_size(super::handle::PLUGIN_STACK_BYTES)
         .spawn(move || {
             let host = match Host::load(&chunk_name, &source, &config, limits) {
                 Ok(host) => host,
@@ -70,14 +90,32 @@ pub fn spawn(
                     return;
                 }
             };
-            if ready_tx.send(Ok(host.meta.clone())).is_err() {
+            let meta = host.meta.clone();
+            let host = Arc::new(SharedHost(Mutex::new(host)));
+            if ready_tx.send(Ok((meta, host.clone()))).is_err() {
                 return;
             }
-            host.serve(rx, &shared);
+            let name = host
+                .0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .meta
+                .name
+                .clone();
+            super::contract::serve_calls(&rx, &shared, &name, |hook, input| {
+                host.0
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .run(hook, input)
+            });
         })
         .map_err(|e| PluginError::Load(format!("cannot start its thread: {e}")))?;
     match ready_rx.recv_timeout(load_timeout) {
-        Ok(Ok(meta)) => Ok((meta, tx)),
+        Ok(Ok((meta, host))) => Ok(Started {
+            meta,
+            tx,
+            inline: Some(host),
+        }),
         Ok(Err(e)) => Err(e),
         Err(_) => Err(PluginError::Load(format!(
             "loading did not finish within {} ms",

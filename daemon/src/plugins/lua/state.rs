@@ -2,7 +2,6 @@
 //! the script run and its declaration read, `init` called; then served on the plugin's
 //! thread until the set lets it go. Calling its functions is [`super::call`]'s job.
 
-use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 
 use mlua::chunk::ChunkMode;
@@ -16,7 +15,7 @@ use super::host_table::install_host_table;
 use super::meta::{read_meta, read_needles};
 use super::output::{Output, emit_function};
 use super::sandbox::sandbox;
-use crate::plugins::contract::{self, Call, Limits, PluginError, PluginMeta, Shared};
+use crate::plugins::contract::{Limits, PluginError, PluginMeta};
 
 /// A loaded plugin: its Lua state, its budget and limits, what it declared, and its `emit`.
 pub(super) struct Host {
@@ -101,10 +100,5 @@ impl Host {
         let mut host = host;
         host.meta.process_if_contains = read_needles(&host.module)?;
         Ok(host)
-    }
-
-    pub(super) fn serve(self, rx: Receiver<Call>, shared: &Shared) {
-        let name = self.meta.name.clone();
-        contract::serve_calls(&rx, shared, &name, |hook, input| self.run(hook, input));
     }
 }

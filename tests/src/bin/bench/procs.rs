@@ -80,7 +80,7 @@ pub fn lean_hook(bin: &Path) -> Option<PathBuf> {
     lean.is_file().then_some(lean)
 }
 
-/// The lean hook as `cargo build` links it (dynamically, against glibc and libgcc_s), copied
+/// The lean hook as `cargo build` links it (dynamically, against glibc; the unwinder linked in), copied
 /// into `dir` so that [`relink_hook_static`] does not replace it; `None` without one.
 pub fn dynamic_hook_copy(bin: &Path, dir: &Path) -> Result<Option<PathBuf>> {
     let Some(lean) = lean_hook(bin) else {
@@ -93,7 +93,7 @@ pub fn dynamic_hook_copy(bin: &Path, dir: &Path) -> Result<Option<PathBuf>> {
 
 /// Relinks the lean hook beside `bin` as a static PIE (`-C target-feature=+crt-static` on the
 /// binary alone, through `cargo rustc`; still position-independent, so ASLR stays), which
-/// skips the dynamic loader, libgcc_s and libc's relocations at every start. Linux with glibc
+/// skips the dynamic loader and libc's relocations at every start. Linux with glibc
 /// only, and not when `$DSTREAM_BIN` names the binaries. Returns its path, or why not.
 pub fn relink_hook_static(repo: &Path, bin: &Path) -> Result<PathBuf, String> {
     if !cfg!(all(target_os = "linux", target_env = "gnu")) {
