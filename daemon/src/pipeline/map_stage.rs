@@ -8,7 +8,7 @@
 //! the same order, one at a time, through a FIFO between them. The hand-over holds at most
 //! [`HANDED_OVER`] mapped ingests (each bounded by the frame limit), so the map thread waits
 //! when the worker is behind, and a flooding client delays another's tool call by at most
-//! that many events beyond its own turn.
+//! that many events beyond its own turn (the worker takes about 16 µs an event).
 
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::SyncSender;
@@ -26,8 +26,10 @@ use super::map::map;
 use crate::checkpoint::policy::Policy;
 use crate::plugins::PluginSet;
 
-/// Mapped ingests waiting for the worker, at most.
-pub(super) const HANDED_OVER: usize = 2;
+/// Mapped ingests waiting for the worker, at most. Room for a burst: waking the worker takes
+/// longer on a VM than mapping an event, and with 2 the map thread spent two thirds of its
+/// time waiting to hand over while the worker, not yet running, was idle.
+pub(super) const HANDED_OVER: usize = 16;
 
 /// One ingest after its map step: what the worker needs to finish it.
 pub(super) struct Mapped {

@@ -24,7 +24,7 @@
 //! The parts: [`budget`] (the limits and the count hook), [`sandbox`] (what is removed and
 //! wrapped), [`host_table`] (what a plugin may ask of the daemon), [`output`] (`emit` and the
 //! allowance), [`state`] (building a plugin's state), [`meta`] (reading its declaration),
-//! [`call`] (calling its functions); this file starts its thread.
+//! [`call`] (calling its functions); this file starts its thread and shares its state.
 
 mod budget;
 mod call;

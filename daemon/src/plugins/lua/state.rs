@@ -1,6 +1,7 @@
 //! One plugin's Lua state: built in a fresh sandbox with its budget, `host` table and `emit`,
-//! the script run and its declaration read, `init` called; then served on the plugin's
-//! thread until the set lets it go. Calling its functions is [`super::call`]'s job.
+//! the script run and its declaration read, `init` called; then shared by the plugin's
+//! thread and the pipeline's (see [`super`]) until the set lets it go. Calling its functions
+//! is [`super::call`]'s job.
 
 use std::sync::{Arc, Mutex};
 
