@@ -672,3 +672,49 @@ fn claude_agent_sdk_unstreamed_and_subagent_messages() {
         assert_eq!(e[3], sid, "a subagent's events are in the parent's lineage");
     }
 }
+
+/// Results whose requests the pipeline never saw (appended directly, as an import or an SDK
+/// does) are joined from the log's end, without the search index; each look reads only what
+/// was stored since the last, and still finds a request stored in between.
+#[test]
+fn results_join_requests_read_from_the_log_end_one_look_after_another() {
+    let d = Daemon::start_with("[search]\nenabled = false\n");
+    let mut c = d.client();
+    let session = "join-tail";
+    let request = |t: &str| {
+        format!(
+            "{{\"type\":\"execution.tool_use\",\"payload\":{{\"tool\":\"Bash\",\"tool_use_id\":\"{t}\",\"input\":{{\"command\":\"ls\"}}}}}}\n"
+        )
+    };
+    let result = |c: &mut Client, t: &str| -> Value {
+        let mut post = dstream_tests::claude_pre_tool_use(session, t, "ls");
+        post["hook_event_name"] = json!("PostToolUse");
+        post["tool_response"] = json!({"stdout": "a b", "stderr": "", "interrupted": false});
+        c.ok(
+            "ingest",
+            json!({"source": "claude-code", "session_id": session, "event": post}),
+        );
+        let events = c.read_all(session);
+        let last = events.last().unwrap().clone();
+        assert_eq!(last["type"], "execution.tool_result", "{last}");
+        last
+    };
+    let id_of = |c: &mut Client, t: &str| -> String {
+        c.read_all(session)
+            .iter()
+            .find(|e| e["type"] == "execution.tool_use" && e["payload"]["tool_use_id"] == t)
+            .and_then(|e| e["id"].as_str().map(str::to_string))
+            .unwrap()
+    };
+    d.append_lines(session, &(request("tu_a") + &request("tu_c")));
+    let (a, c_id) = (id_of(&mut c, "tu_a"), id_of(&mut c, "tu_c"));
+    assert_eq!(result(&mut c, "tu_a")["causation_id"], a.as_str());
+    // Stored after that look: the next one reads it.
+    d.append_lines(session, &request("tu_b"));
+    let b = id_of(&mut c, "tu_b");
+    assert_eq!(result(&mut c, "tu_b")["causation_id"], b.as_str());
+    // Read by the first look: remembered.
+    assert_eq!(result(&mut c, "tu_c")["causation_id"], c_id.as_str());
+    // A result whose request was never stored names none.
+    assert!(result(&mut c, "tu_never").get("causation_id").is_none());
+}

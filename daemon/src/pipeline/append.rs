@@ -45,8 +45,8 @@ pub(super) fn append(
             Some(id) if id.parse::<ulid::Ulid>().is_ok() => id.to_string(),
             _ => ulid::Ulid::new().to_string(),
         };
-        joins.join(&mut draft, &id, |session, tool_use_id| {
-            find_request(store, index, session, tool_use_id)
+        joins.join(&mut draft, &id, |joins, session, tool_use_id| {
+            find_request(joins, store, index, session, tool_use_id)
         });
         let event_type = draft
             .event

@@ -2,7 +2,8 @@
 //! event, found by `tool_use_id` among the calls remembered ([`JoinMemory`], bounded), else in
 //! a [`ToolIndex`] of every stored request (the search index keeps one), else in the events the
 //! index has not reached yet (a few, at the log's end), else, with no index, in the last events
-//! of the session's log. Apart from the append step that calls it so the memory's bounds and
+//! of the session's log. What a look in the log finds is remembered with how far it read, so
+//! each event is read once, however many results look. Apart from the append step that calls it so the memory's bounds and
 //! the join's rules can be tested without a store.
 
 use std::collections::{HashMap, VecDeque};
@@ -23,6 +24,9 @@ const JOIN_LOOKBACK: u64 = 2000;
 pub(super) struct JoinMemory {
     ids: HashMap<(String, String), String>,
     order: VecDeque<(String, String)>,
+    /// Per session, the LSN up to which [`find_request`] read its log into `ids`: every
+    /// request there at or below it is remembered, until one of the session's is forgotten.
+    read_upto: HashMap<String, u64>,
 }
 
 impl JoinMemory {
@@ -34,8 +38,22 @@ impl JoinMemory {
                 && let Some(old) = self.order.pop_front()
             {
                 self.ids.remove(&old);
+                // What was read of that session's log is no longer all here.
+                self.read_upto.remove(&old.0);
             }
         }
+    }
+
+    /// How far the session's log was read into memory, if it still all is.
+    fn read_upto(&self, session: &str) -> u64 {
+        self.read_upto.get(session).copied().unwrap_or(0)
+    }
+
+    fn set_read_upto(&mut self, session: &str, lsn: u64) {
+        if self.read_upto.len() >= JOIN_MEMORY && !self.read_upto.contains_key(session) {
+            self.read_upto.clear();
+        }
+        self.read_upto.insert(session.to_string(), lsn);
     }
 
     pub(super) fn get(&self, session: &str, tool_use_id: &str) -> Option<String> {
@@ -51,7 +69,7 @@ impl JoinMemory {
         &mut self,
         draft: &mut Draft,
         id: &str,
-        look_up: impl FnOnce(&str, &str) -> Option<String>,
+        look_up: impl FnOnce(&mut JoinMemory, &str, &str) -> Option<String>,
     ) {
         let event_type = draft.event.get("type").and_then(Json::as_str).unwrap_or("");
         let tool_use_id = draft
@@ -70,7 +88,7 @@ impl JoinMemory {
             "execution.tool_result" if !draft.event.contains_key("causation_id") => {
                 let cause = self
                     .get(&draft.session_id, &tool_use_id)
-                    .or_else(|| look_up(&draft.session_id, &tool_use_id));
+                    .or_else(|| look_up(self, &draft.session_id, &tool_use_id));
                 if let Some(cause) = cause {
                     draft
                         .event
@@ -90,8 +108,11 @@ pub trait ToolIndex: Send + Sync {
 }
 
 /// Looks for a tool request in `index`, then in the events of the session's log past what it
-/// holds (at most the last [`JOIN_LOOKBACK`]).
+/// holds (at most the last [`JOIN_LOOKBACK`]) and past what an earlier look read: every
+/// request read there is remembered, so the next result of the session reads only what was
+/// stored since.
 pub(super) fn find_request(
+    joins: &mut JoinMemory,
     store: &Store,
     index: Option<&dyn ToolIndex>,
     session: &str,
@@ -104,23 +125,43 @@ pub(super) fn find_request(
     };
     let s = store.get(session)?;
     let upto = s.committed_lsn();
-    let from = (upto.saturating_sub(JOIN_LOOKBACK) + 1).max(indexed + 1);
-    if from > upto {
-        return None;
+    // A mark past the log's end is not this log's (it was deleted and started again).
+    let read = Some(joins.read_upto(session))
+        .filter(|&r| r <= upto)
+        .unwrap_or(0);
+    let from = (upto.saturating_sub(JOIN_LOOKBACK) + 1)
+        .max(indexed + 1)
+        .max(read + 1);
+    if from <= upto {
+        let events = read_range(&s, from, upto, JOIN_LOOKBACK as usize, 16 << 20).ok()?;
+        // Marked first: forgetting one of the session's calls below unmarks it.
+        if let Some(last) = events.last() {
+            joins.set_read_upto(session, last.lsn);
+        }
+        let mut buf = Vec::new();
+        let request = memchr::memmem::Finder::new(b"\"execution.tool_use\"");
+        for e in &events {
+            buf.clear();
+            e.write_to(&mut buf);
+            // Only an event that may be a request is parsed.
+            if request.find(&buf).is_none() {
+                continue;
+            }
+            let Ok(v) = serde_json::from_slice::<Json>(&buf) else {
+                continue;
+            };
+            if v.get("type").and_then(Json::as_str) != Some("execution.tool_use") {
+                continue;
+            }
+            if let (Some(t), Some(id)) = (
+                v.pointer("/payload/tool_use_id").and_then(Json::as_str),
+                v.get("id").and_then(Json::as_str),
+            ) {
+                joins.remember(session, t, id);
+            }
+        }
     }
-    let events = read_range(&s, from, upto, JOIN_LOOKBACK as usize, 16 << 20).ok()?;
-    let mut buf = Vec::new();
-    let needle = memchr::memmem::Finder::new(tool_use_id.as_bytes());
-    events.iter().rev().find_map(|e| {
-        buf.clear();
-        e.write_to(&mut buf);
-        // Only an event that names the id is parsed.
-        needle.find(&buf)?;
-        let v: Json = serde_json::from_slice(&buf).ok()?;
-        let matches = v.get("type").and_then(Json::as_str) == Some("execution.tool_use")
-            && v.pointer("/payload/tool_use_id").and_then(Json::as_str) == Some(tool_use_id);
-        matches.then(|| v.get("id").and_then(Json::as_str).map(str::to_string))?
-    })
+    joins.get(session, tool_use_id)
 }
 
 #[cfg(test)]
@@ -155,7 +196,7 @@ mod tests {
         d.event.get("causation_id").and_then(Json::as_str)
     }
 
-    fn unused(_: &str, _: &str) -> Option<String> {
+    fn unused(_: &mut JoinMemory, _: &str, _: &str) -> Option<String> {
         panic!("the log was read for a request that is remembered")
     }
 
@@ -189,7 +230,7 @@ mod tests {
         // Another session's call with the same id is not this one's request.
         let mut asked = Vec::new();
         let mut r = result("s", "tu_1");
-        joins.join(&mut r, "ev_res", |s, t| {
+        joins.join(&mut r, "ev_res", |_, s, t| {
             asked.push((s.to_string(), t.to_string()));
             None
         });
@@ -197,7 +238,7 @@ mod tests {
         assert_eq!(cause(&r), None);
         // What the log finds is taken.
         let mut r = result("s", "tu_9");
-        joins.join(&mut r, "ev_res", |_, _| Some("ev_from_log".into()));
+        joins.join(&mut r, "ev_res", |_, _, _| Some("ev_from_log".into()));
         assert_eq!(cause(&r), Some("ev_from_log"));
     }
 
