@@ -173,6 +173,12 @@ pub trait RunInline: Send + Sync {
     /// Runs the call now, or gives the input back when the plugin is busy (its thread is
     /// running another call): then the caller queues it.
     fn try_run(&self, hook: Hooks, input: Input) -> Result<Result<Vec<Json>, PluginError>, Input>;
+
+    /// Whether any thread may run its calls (it needs no large stack and cannot hang), not
+    /// only those that [`super::allow_inline_calls`].
+    fn anywhere(&self) -> bool {
+        false
+    }
 }
 
 /// A started plugin: what it declares, the queue of its calls (served by its thread), and

@@ -97,7 +97,7 @@ impl Plugin {
             });
         }
         let input = match &self.inline {
-            Some(inline) if INLINE_CALLS.get() => {
+            Some(inline) if inline.anywhere() || INLINE_CALLS.get() => {
                 let started = Instant::now();
                 match inline.try_run(hook, input) {
                     Ok(result) => {

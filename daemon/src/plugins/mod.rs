@@ -8,6 +8,7 @@
 //! deadline, is disabled until the next reload, and says why.
 
 pub mod builtin;
+mod claude_code_map;
 mod contract;
 mod handle;
 pub mod isolated;
@@ -18,6 +19,7 @@ pub mod lua;
 mod lua_patterns;
 mod luajson;
 pub mod native;
+mod native_builtin;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -66,7 +68,14 @@ impl PluginSet {
             settings.max_consecutive_errors,
         );
         for file in kinds::lua_files(settings, &mut loading.errors) {
-            loading.add(file);
+            // A built-in Lua file the folder does not replace gives way to its Rust twin.
+            match native_builtin::NATIVE_BUILTINS
+                .iter()
+                .find(|n| file.origin == "builtin" && n.file == file.file)
+            {
+                Some(native) => loading.add(*native),
+                None => loading.add(file),
+            }
         }
         for file in kinds::native_files(settings) {
             loading.add(file);
