@@ -16,7 +16,8 @@
 //! ```
 //!
 //! One job per file: `commit` (the commit thread), `wal`, `files` (open-log cache), `session`
-//! (per-session state), `open` + `recovery` (start-up), `repair`, `reader` (reads and queries),
+//! (per-session state), `open` + `recovery` (start-up; `recovery_parallel`: a big clean log
+//! checked on two threads), `repair`, `reader` (reads and queries),
 //! `record` (line format), `index`, `gaps`, `fork`, `tombstone`, `fsutil`, `error`.
 
 mod archive;
@@ -37,6 +38,7 @@ mod power_loss_lifecycle;
 mod reader;
 pub mod record;
 mod recovery;
+mod recovery_parallel;
 mod repair;
 mod session;
 mod tombstone;
