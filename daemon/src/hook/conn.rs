@@ -8,7 +8,7 @@ use dstream_sdk::protocol::RpcError;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::hook::deadline::Clock;
+use crate::hook::clock::Clock;
 use crate::hook::outcome::Failure;
 
 /// The longest reply line the hook accepts from the daemon.

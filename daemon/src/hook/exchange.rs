@@ -11,8 +11,8 @@ use dstream_sdk::protocol::{
 };
 use serde_json::json;
 
+use crate::hook::clock::Clock;
 use crate::hook::conn::Conn;
-use crate::hook::deadline::Clock;
 use crate::hook::fit::fit;
 use crate::hook::input::Input;
 use crate::hook::outcome::{Failure, Outcome};

@@ -22,8 +22,8 @@
 //!   decision, never an accident.
 //!
 //! The parts, in the order a run uses them: [`args`] (what the hook is told), [`input`] (the
-//! event from stdin, read by [`stdin`] within the deadline), [`deadline`] (the phases and
-//! their deadlines), [`exchange`] (the requests, over [`conn`], with the event cut by
+//! event from stdin, read by [`stdin`] within the deadline), [`deadline`] (the exchange
+//! within its deadlines, kept by [`clock`]), [`exchange`] (the requests, over [`conn`], with the event cut by
 //! [`fit`]), [`fallback`] (no daemon: start one or spool), [`outcome`] (how asking the daemon
 //! ended), [`verdict`] (what the outcome means for the call) and [`claude_code`] (the reply
 //! printed for Claude Code).
@@ -34,6 +34,7 @@
 
 pub mod args;
 mod claude_code;
+mod clock;
 mod conn;
 mod deadline;
 mod exchange;

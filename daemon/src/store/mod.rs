@@ -17,7 +17,7 @@
 //!
 //! One job per file: `commit` (the commit thread), `wal`, `files` (open-log cache), `session`
 //! (per-session state), `open` + `recovery` (start-up; `recovery_parallel`: a big clean log
-//! checked on two threads), `repair`, `reader` (reads and queries),
+//! checked on two threads; `line_read`), `repair`, `reader` (reads and queries),
 //! `record` (line format), `index`, `gaps`, `fork`, `tombstone`, `fsutil`, `error`.
 
 mod archive;
@@ -30,6 +30,7 @@ mod fsutil;
 mod gaps;
 pub mod index;
 mod lifecycle;
+mod line_read;
 mod open;
 #[cfg(test)]
 pub(crate) mod power_loss;

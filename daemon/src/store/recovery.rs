@@ -16,23 +16,10 @@ use serde::Deserialize;
 
 use super::gaps::Gaps;
 use super::index::{IndexEntry, SparseIndex};
+use super::line_read::{ReadFrom, read_line_at};
 use super::record;
 use super::recovery_parallel;
 use crate::vfs::VfsFile;
-
-/// Sequential reads through a positional file, for a `BufReader`.
-pub struct ReadFrom<'a> {
-    pub file: &'a dyn VfsFile,
-    pub pos: u64,
-}
-
-impl io::Read for ReadFrom<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.file.read_at(buf, self.pos)?;
-        self.pos += n as u64;
-        Ok(n)
-    }
-}
 
 /// What the scan found.
 #[derive(Debug)]
@@ -94,26 +81,6 @@ enum Bad {
     /// reached it. Only unsynced data can look like this (synced data and everything the
     /// write-ahead log holds are whole by now), so from here on the log is a torn tail.
     Hole,
-}
-
-/// Reads the whole line starting at `offset` (without its `\n`), or `None` at end of file or
-/// when no newline ends it.
-pub fn read_line_at(file: &dyn VfsFile, offset: u64) -> io::Result<Option<Vec<u8>>> {
-    let mut out = Vec::new();
-    let mut chunk = vec![0u8; 8192];
-    let mut at = offset;
-    loop {
-        let n = file.read_at(&mut chunk, at)?;
-        if n == 0 {
-            return Ok(None);
-        }
-        if let Some(nl) = memchr::memchr(b'\n', &chunk[..n]) {
-            out.extend_from_slice(&chunk[..nl]);
-            return Ok(Some(out));
-        }
-        out.extend_from_slice(&chunk[..n]);
-        at += n as u64;
-    }
 }
 
 /// Timestamp and stream id of the record at `offset`, if it is a good one.

@@ -14,8 +14,8 @@ use std::ops::Range;
 
 use super::gaps::Gaps;
 use super::index::{IndexEntry, SparseIndex};
+use super::line_read::{ReadFrom, read_line_at};
 use super::record;
-use super::recovery::{ReadFrom, read_line_at};
 use crate::vfs::VfsFile;
 
 /// Logs shorter than this are checked on one thread: a second would not pay for itself.

@@ -28,6 +28,8 @@
 
 mod budget;
 mod call;
+#[cfg(test)]
+mod claude_code_twin;
 mod error;
 mod host_table;
 mod meta;
