@@ -668,6 +668,54 @@ fn a_daemon_that_trickles_its_reply_is_cut_off_by_the_deadline() {
 }
 
 #[test]
+fn a_daemon_whose_accept_queue_is_full_is_given_up_on_after_a_second() {
+    each_form(|_| {
+        let dir = temp_dir();
+        let sock = dir.path().join("full.sock");
+        let listener = UnixListener::bind(&sock).unwrap();
+        // Connections nobody accepts, until the next one waits in connect: the queue is full.
+        let held = Arc::new(Mutex::new(Vec::new()));
+        let filler = {
+            let (held, sock) = (held.clone(), sock.clone());
+            thread::spawn(move || {
+                while let Ok(c) = UnixStream::connect(&sock) {
+                    held.lock().unwrap().push(c);
+                }
+            })
+        };
+        let mut last = (0, Instant::now());
+        while last.1.elapsed() < Duration::from_millis(300) {
+            let n = held.lock().unwrap().len();
+            if n != last.0 {
+                last = (n, Instant::now());
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        let env = [("DSTREAM_HOOK_TIMEOUT_MS", "20000")];
+        let event = pre_tool_use("s-full").to_string();
+        let (out, took) = hook_with(
+            &sock,
+            event.as_bytes(),
+            &["--fail-closed"],
+            &env,
+            HANG_GUARD,
+        );
+        let answer = printed(&out);
+        let reason = answer["hookSpecificOutput"]["permissionDecisionReason"]
+            .as_str()
+            .unwrap();
+        assert!(
+            reason.contains("timed out connecting to the daemon"),
+            "{reason}"
+        );
+        assert!(took >= Duration::from_secs(1), "{took:?}");
+        drop(listener);
+        let _ = std::fs::remove_file(&sock);
+        filler.join().unwrap();
+    });
+}
+
+#[test]
 fn a_stdin_that_never_ends_is_cut_off_too() {
     each_form(|_| {
         let dir = temp_dir();
