@@ -75,6 +75,10 @@ impl Read for TimedStdin {
                 return Ok(n as usize);
             }
             let e = io::Error::last_os_error();
+            // No stdin at all reads as an empty one, as std's `Stdin` has it.
+            if e.raw_os_error() == Some(libc::EBADF) {
+                return Ok(0);
+            }
             match e.kind() {
                 io::ErrorKind::Interrupted => {}
                 // A non-blocking pipe (the agent's choice) with nothing in it yet.
