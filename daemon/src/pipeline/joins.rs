@@ -3,8 +3,8 @@
 //! a [`ToolIndex`] of every stored request (the search index keeps one), else in the events the
 //! index has not reached yet (a few, at the log's end), else, with no index, in the last events
 //! of the session's log. What a look in the log finds is remembered with how far it read, so
-//! each event is read once, however many results look. Apart from the append step that calls it so the memory's bounds and
-//! the join's rules can be tested without a store.
+//! each event is read once, however many results look. Apart from the append step that calls
+//! it so the memory's bounds and the join's rules can be tested without a store.
 
 use std::collections::{HashMap, VecDeque};
 

@@ -54,12 +54,22 @@ use state::Host;
 /// runs.
 struct SharedHost(Mutex<Host>);
 
+// A call that panicked left nothing half-done that the next call relies on (each starts its
+// own budget and output), so a poisoned lock is taken as it is.
+impl SharedHost {
+    /// Runs a call, waiting for the state (the plugin's own thread).
+    fn run(&self, hook: Hooks, input: Input) -> Result<Vec<Json>, PluginError> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .run(hook, input)
+    }
+}
+
 impl RunInline for SharedHost {
     fn try_run(&self, hook: Hooks, input: Input) -> Result<Result<Vec<Json>, PluginError>, Input> {
         match self.0.try_lock() {
             Ok(host) => Ok(host.run(hook, input)),
-            // A call that panicked left nothing half-done that the next call relies on: each
-            // starts its own budget and output.
             Err(TryLockError::Poisoned(p)) => Ok(p.into_inner().run(hook, input)),
             Err(TryLockError::WouldBlock) => Err(input),
         }
@@ -93,23 +103,12 @@ pub fn spawn(
                 }
             };
             let meta = host.meta.clone();
+            let name = meta.name.clone();
             let host = Arc::new(SharedHost(Mutex::new(host)));
             if ready_tx.send(Ok((meta, host.clone()))).is_err() {
                 return;
             }
-            let name = host
-                .0
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .meta
-                .name
-                .clone();
-            super::contract::serve_calls(&rx, &shared, &name, |hook, input| {
-                host.0
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .run(hook, input)
-            });
+            super::contract::serve_calls(&rx, &shared, &name, |hook, input| host.run(hook, input));
         })
         .map_err(|e| PluginError::Load(format!("cannot start its thread: {e}")))?;
     match ready_rx.recv_timeout(load_timeout) {
