@@ -10,13 +10,13 @@
 //!   damaged where it had been durable. The file is quarantined, never skipped over silently.
 
 use std::borrow::Cow;
-use std::io::{self, BufRead, BufReader};
+use std::io;
 
 use serde::Deserialize;
 
 use super::gaps::Gaps;
 use super::index::{IndexEntry, SparseIndex};
-use super::line_read::{ReadFrom, read_line_at};
+use super::line_read::{LogLines, read_line_at};
 use super::record;
 use super::recovery_parallel;
 use crate::vfs::VfsFile;
@@ -134,53 +134,65 @@ pub fn scan_from(
     gaps: &Gaps,
     floor: Option<IndexEntry>,
 ) -> io::Result<ScanResult> {
-    scan_with(
-        file,
-        loaded,
-        verify_all,
-        interval,
-        gaps,
-        floor,
-        recovery_parallel::PARALLEL_MIN_BYTES,
-    )
+    // Every record is to be checked, and the log has its index: a clean log is checked on two
+    // threads (anything else is left to the one-thread scan, which finds and names it).
+    if verify_all
+        && floor.is_none()
+        && let Some(loaded) = loaded
+        && let Some(clean) = scan_clean(
+            file,
+            loaded,
+            interval,
+            gaps,
+            recovery_parallel::PARALLEL_MIN_BYTES,
+        )?
+    {
+        return Ok(clean);
+    }
+    scan_one_thread(file, loaded, verify_all, interval, gaps, floor)
 }
 
-/// [`scan_from`], checking a clean log of `parallel_min` bytes or more on two threads.
-fn scan_with(
+/// What the scan reports for a clean log of `min_bytes` or more whose index is `loaded`,
+/// checked on two threads; `None` for any other log.
+fn scan_clean(
+    file: &dyn VfsFile,
+    loaded: &SparseIndex,
+    interval: u64,
+    gaps: &Gaps,
+    min_bytes: u64,
+) -> io::Result<Option<ScanResult>> {
+    let Some(clean) = recovery_parallel::check_clean(file, loaded, interval, gaps, min_bytes)?
+    else {
+        return Ok(None);
+    };
+    let file_len = file.len()?;
+    let (first_ts, stream_id) = match envelope_at(file, 0)? {
+        Some((ts, stream)) => (ts, Some(stream)),
+        None => (0, None),
+    };
+    let last_ts = envelope_at(file, clean.last_offset)?.map_or(0, |(ts, _)| ts);
+    Ok(Some(ScanResult {
+        last_lsn: clean.last_lsn,
+        good_len: file_len,
+        file_len,
+        index: loaded.clone(),
+        index_rebuilt: false,
+        first_ts,
+        last_ts,
+        stream_id,
+        damage: Damage::None,
+    }))
+}
+
+/// [`scan_from`] on this thread, record by record: decides every case, damage included.
+fn scan_one_thread(
     file: &dyn VfsFile,
     loaded: Option<&SparseIndex>,
     verify_all: bool,
     interval: u64,
     gaps: &Gaps,
     floor: Option<IndexEntry>,
-    parallel_min: u64,
 ) -> io::Result<ScanResult> {
-    // Every record is to be checked, and the log has its index: a clean log is checked on two
-    // threads (anything else is left to the scan below, which finds and names it).
-    if verify_all
-        && floor.is_none()
-        && let Some(loaded) = loaded
-        && let Some(clean) =
-            recovery_parallel::check_clean(file, loaded, interval, gaps, parallel_min)?
-    {
-        let file_len = file.len()?;
-        let (first_ts, stream_id) = match envelope_at(file, 0)? {
-            Some((ts, stream)) => (ts, Some(stream)),
-            None => (0, None),
-        };
-        let last_ts = envelope_at(file, clean.last_offset)?.map_or(0, |(ts, _)| ts);
-        return Ok(ScanResult {
-            last_lsn: clean.last_lsn,
-            good_len: file_len,
-            file_len,
-            index: loaded.clone(),
-            index_rebuilt: false,
-            first_ts,
-            last_ts,
-            stream_id,
-            damage: Damage::None,
-        });
-    }
     let file_len = file.len()?;
     let mut index = match floor {
         None => starting_point(file, loaded, verify_all)?,
@@ -206,35 +218,18 @@ fn scan_with(
     };
     let start = index.last().unwrap_or(IndexEntry { lsn: 1, offset: 0 });
 
-    let mut reader = BufReader::with_capacity(
-        1 << 20,
-        ReadFrom {
-            file,
-            pos: start.offset,
-        },
-    );
+    let mut lines = LogLines::new(file, start.offset);
     let mut expected = start.lsn;
     let mut pos = start.offset;
     let mut good_len = start.offset;
     let mut last_good: Option<(u64, u64)> = None; // (lsn, offset) of the last good record
     let mut first_bad: Option<(String, Bad)> = None;
     let mut damage = Damage::None;
-    let mut line = Vec::with_capacity(4096);
     let mut first_ts = 0;
     let mut stream_id = None;
 
-    loop {
-        line.clear();
-        let n = reader.read_until(b'\n', &mut line)? as u64;
-        if n == 0 {
-            break;
-        }
-        let complete = line.last() == Some(&b'\n');
-        let content = if complete {
-            &line[..line.len() - 1]
-        } else {
-            &line[..]
-        };
+    while let Some(line) = lines.next_line()? {
+        let (n, complete, content) = (line.len, line.complete, line.content);
         let opened = if complete {
             record::open(content).ok()
         } else {
@@ -275,7 +270,7 @@ fn scan_with(
                 break;
             }
             (None, None) => {
-                first_bad = Some(if memchr::memchr(0, &line).is_some() {
+                first_bad = Some(if memchr::memchr(0, content).is_some() {
                     (
                         format!(
                             "zero bytes at byte {pos} (lsn {expected} expected): writes that had not been synced when the power failed"
@@ -526,9 +521,11 @@ mod tests {
                     });
                 }
             }
-            let one =
-                scan_with(&*file, Some(&index), true, interval, &gaps, None, u64::MAX).unwrap();
-            let two = scan_with(&*file, Some(&index), true, interval, &gaps, None, 1).unwrap();
+            let one = scan_one_thread(&*file, Some(&index), true, interval, &gaps, None).unwrap();
+            let two = match scan_clean(&*file, &index, interval, &gaps, 1).unwrap() {
+                Some(clean) => clean,
+                None => scan_one_thread(&*file, Some(&index), true, interval, &gaps, None).unwrap(),
+            };
             assert_eq!(summary(&one), summary(&two), "round {round}");
             let clean = recovery_parallel::check_clean(&*file, &index, interval, &gaps, 1).unwrap();
             if clean.is_some() {
