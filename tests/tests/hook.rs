@@ -625,6 +625,15 @@ fn a_daemon_that_never_answers_is_cut_off_by_the_deadline() {
     });
 }
 
+/// Runs a `PreToolUse` of `session` through the hook with `--fail-closed` and the deadline
+/// `timeout_ms`: what it printed, and how long it took.
+fn pre_tool_use_failing_closed(sock: &Path, session: &str, timeout_ms: &str) -> (Value, Duration) {
+    let env = [("DSTREAM_HOOK_TIMEOUT_MS", timeout_ms)];
+    let event = pre_tool_use(session).to_string();
+    let (out, took) = hook_with(sock, event.as_bytes(), &["--fail-closed"], &env, HANG_GUARD);
+    (printed(&out), took)
+}
+
 #[test]
 fn a_daemon_that_trickles_its_reply_is_cut_off_by_the_deadline() {
     // Each byte arrives well within any one read's patience; the line never ends. The hook
@@ -644,16 +653,7 @@ fn a_daemon_that_trickles_its_reply_is_cut_off_by_the_deadline() {
                 thread::sleep(Duration::from_millis(20));
             }
         });
-        let env = [("DSTREAM_HOOK_TIMEOUT_MS", "300")];
-        let event = pre_tool_use("s-trickle").to_string();
-        let (out, took) = hook_with(
-            &sock,
-            event.as_bytes(),
-            &["--fail-closed"],
-            &env,
-            HANG_GUARD,
-        );
-        let answer = printed(&out);
+        let (answer, took) = pre_tool_use_failing_closed(&sock, "s-trickle", "300");
         assert_eq!(answer["hookSpecificOutput"]["permissionDecision"], "deny");
         let reason = answer["hookSpecificOutput"]["permissionDecisionReason"]
             .as_str()
@@ -691,16 +691,7 @@ fn a_daemon_whose_accept_queue_is_full_is_given_up_on_after_a_second() {
             }
             thread::sleep(Duration::from_millis(10));
         }
-        let env = [("DSTREAM_HOOK_TIMEOUT_MS", "20000")];
-        let event = pre_tool_use("s-full").to_string();
-        let (out, took) = hook_with(
-            &sock,
-            event.as_bytes(),
-            &["--fail-closed"],
-            &env,
-            HANG_GUARD,
-        );
-        let answer = printed(&out);
+        let (answer, took) = pre_tool_use_failing_closed(&sock, "s-full", "20000");
         let reason = answer["hookSpecificOutput"]["permissionDecisionReason"]
             .as_str()
             .unwrap();

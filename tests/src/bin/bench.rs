@@ -848,45 +848,43 @@ impl Bench<'_> {
             .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok())
             .and_then(|v| v["session_id"].as_str().map(str::to_string))
             .context("no session_id in the captured payloads")?;
-        let ingesters = (0..16)
-            .map(|k| {
-                let session = format!("ingest-{k}");
-                let events: Vec<String> = basic
-                    .iter()
-                    .map(|e| e.replace(&original, &session))
-                    .collect();
-                Ok(Box::new(agents::Ingester::connect(
-                    &s.socket(),
-                    &session,
-                    std::sync::Arc::new(events),
-                )?) as Box<dyn Appender>)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let (mut r, _, _) = closed_loop(ingesters, self.o.warmup, self.o.measure, None, &|| ());
+        // 16 connections, each ingesting `events(k)` round robin into session `name(k)`.
+        let ingesters = |name: &dyn Fn(usize) -> String,
+                         events: &dyn Fn(usize, &str) -> Vec<String>| {
+            (0..16)
+                .map(|k| {
+                    let session = name(k);
+                    let events = std::sync::Arc::new(events(k, &session));
+                    Ok(
+                        Box::new(agents::Ingester::connect(&s.socket(), &session, events)?)
+                            as Box<dyn Appender>,
+                    )
+                })
+                .collect::<Result<Vec<_>>>()
+        };
+        let captured = ingesters(&|k| format!("ingest-{k}"), &|_, session| {
+            basic
+                .iter()
+                .map(|e| e.replace(&original, session))
+                .collect()
+        })?;
+        let (mut r, _, _) = closed_loop(captured, self.o.warmup, self.o.measure, None, &|| ());
         // Results whose requests the daemon never saw (a user who hooked only PostToolUse, a
         // restart mid-session): each must be looked up, and the logs grow meanwhile.
-        let unmatched_ingesters = (0..16)
-            .map(|k| {
-                let session = format!("unmatched-{k}");
-                let events: Vec<String> = (0..64)
-                    .map(|i| {
-                        serde_json::json!({
-                            "session_id": session, "transcript_path": "/tmp/t.jsonl",
-                            "cwd": "/tmp/project", "hook_event_name": "PostToolUse",
-                            "tool_name": "Bash", "tool_use_id": format!("toolu_{k}_{i}"),
-                            "tool_input": {"command": "cat notes.txt"},
-                            "tool_response": {"stdout": "x".repeat(160), "stderr": "", "interrupted": false},
-                        })
-                        .to_string()
+        let unmatched_ingesters = ingesters(&|k| format!("unmatched-{k}"), &|k, session| {
+            (0..64)
+                .map(|i| {
+                    serde_json::json!({
+                        "session_id": session, "transcript_path": "/tmp/t.jsonl",
+                        "cwd": "/tmp/project", "hook_event_name": "PostToolUse",
+                        "tool_name": "Bash", "tool_use_id": format!("toolu_{k}_{i}"),
+                        "tool_input": {"command": "cat notes.txt"},
+                        "tool_response": {"stdout": "x".repeat(160), "stderr": "", "interrupted": false},
                     })
-                    .collect();
-                Ok(Box::new(agents::Ingester::connect(
-                    &s.socket(),
-                    &session,
-                    std::sync::Arc::new(events),
-                )?) as Box<dyn Appender>)
-            })
-            .collect::<Result<Vec<_>>>()?;
+                    .to_string()
+                })
+                .collect()
+        })?;
         let (mut u, _, _) = closed_loop(
             unmatched_ingesters,
             self.o.warmup,
@@ -917,7 +915,6 @@ impl Bench<'_> {
         }
         drop(dir);
         sync_disk();
-
         Ok(())
     }
 
