@@ -31,7 +31,7 @@ fn connect(path: &std::path::Path, within: Duration) -> io::Result<Stream> {
     let socket = Socket::new(Domain::UNIX, Type::STREAM, None)?;
     socket.set_write_timeout(Some(within))?;
     socket.connect(&SockAddr::unix(path)?)?;
-    socket.set_write_timeout(None)?;
+    // The timeout stays: every write sets its own (see `Timed`).
     let stream = Stream::from(socket);
     let theirs = peer_uid(&stream)?;
     // SAFETY: geteuid has no preconditions.
