@@ -192,6 +192,7 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
         startup_ms = started.elapsed().as_millis() as u64,
         "dstream daemon ready"
     );
+    tokio::spawn(release_startup_pages(search.clone()));
     let state = Arc::new(DaemonState {
         memory: MemoryBudget::new(config.daemon.max_client_memory_bytes),
         slots: crate::slots::Slots::new(connection_limit(&config)),
@@ -219,6 +220,17 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
         listener,
         socket,
     })
+}
+
+/// Once start-up has settled (the search index opened and caught up, the last thing the
+/// daemon starts on a thread of its own), the code pages only start-up ran leave the resident
+/// set. A catch-up over a large history is not waited for past `SETTLE_LIMIT`.
+async fn release_startup_pages(search: Arc<crate::search::Search>) {
+    const SETTLE_LIMIT: Duration = Duration::from_secs(10);
+    let _ = tokio::time::timeout(SETTLE_LIMIT, search.first_pass()).await;
+    if let Ok(bytes) = tokio::task::spawn_blocking(crate::util::startup_pages::release).await {
+        tracing::debug!(bytes, "start-up code pages released");
+    }
 }
 
 /// Serves connections until `shutdown` completes, then stops cleanly: no new requests, every

@@ -84,6 +84,18 @@ impl Search {
         search
     }
 
+    /// Returns once the index thread has opened the index and caught up with the logs
+    /// after start (or failed to), or at once when it is not running.
+    pub async fn first_pass(&self) {
+        let shared = self.shared.clone();
+        let notified = shared.first_pass.notified();
+        if shared.first_pass_done.load(Ordering::Acquire) || self.running.lock().unwrap().is_none()
+        {
+            return;
+        }
+        notified.await;
+    }
+
     fn turn_on(&self) {
         let mut running = self.running.lock().unwrap();
         if running.is_some() {

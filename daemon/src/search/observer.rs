@@ -54,9 +54,18 @@ pub struct Shared {
     pub last_error: Mutex<Option<String>>,
     /// Set to stop: a long catch-up checks it between pages.
     pub stopping: AtomicBool,
+    /// Set once the first catch-up after start has ended, well or not; `first_pass` wakes
+    /// whoever waits for that.
+    pub first_pass_done: AtomicBool,
+    pub first_pass: tokio::sync::Notify,
 }
 
 impl Shared {
+    fn end_first_pass(&self) {
+        if !self.first_pass_done.swap(true, Ordering::AcqRel) {
+            self.first_pass.notify_waiters();
+        }
+    }
     fn error(&self, e: &dyn std::fmt::Display) {
         tracing::warn!(error = %e, "search index");
         *self.last_error.lock().unwrap() = Some(e.to_string());
@@ -178,7 +187,9 @@ impl Observer {
             if self.shared.stopping.load(Ordering::Relaxed) {
                 break;
             }
-            if let Err(e) = self.ensure_open().and_then(|()| self.catch_up()) {
+            let opened = self.ensure_open().and_then(|()| self.catch_up());
+            self.shared.end_first_pass();
+            if let Err(e) = opened {
                 self.failed(e);
                 if matches!(rt.block_on(idle(&mut commands, RETRY_AFTER)), Wake::Stop) {
                     break;

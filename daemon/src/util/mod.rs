@@ -4,5 +4,6 @@
 pub mod backoff;
 pub mod duration;
 pub mod glob;
+pub mod startup_pages;
 pub mod time;
 pub mod user;
