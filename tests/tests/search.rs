@@ -1,5 +1,6 @@
 //! Full-text search (`dstream search`, `dstream reindex`): a word found once among 200,000
-//! events in the right session and LSN, filters, catching up after `kill -9`, a damaged index
+//! events in the right session and LSN, filters, a burst let pass and found after it, catching
+//! up after `kill -9`, a damaged index
 //! rebuilt at start, bad query syntax refused clearly, and redacted text never found.
 
 use std::process::Output;
@@ -138,6 +139,33 @@ fn a_word_that_appears_once_in_200000_events_is_found_in_its_session_and_lsn() {
     assert!(text.contains("charlie") && text.contains("31340"), "{text}");
     assert!(text.contains("[quetzalcoatl]"), "{text}");
     assert!(text.contains("dstream tail charlie --from 31340"), "{text}");
+}
+
+#[test]
+fn a_burst_of_appends_is_let_pass_and_then_every_event_of_it_is_found() {
+    // A threshold any pipelined burst is over, however slow the machine.
+    let d = Daemon::start_with("[search]\nbusy_appends_per_sec = 50\n");
+    append_many(&d, "burst", 30_000, Some((29_998, "xylophone")));
+    append_many(&d, "burst-two", 3_000, Some((0, "marimba")));
+    let s = wait_indexed(&d, 33_000);
+    assert!(s["bursts_waited_out"].as_u64() >= Some(1), "{s}");
+    assert_eq!(s["waiting_out_burst"], false, "{s}");
+    assert_eq!(
+        hit_at(&search(&d, &["xylophone"])),
+        [("burst".to_string(), 29_999)]
+    );
+    assert_eq!(
+        hit_at(&search(&d, &["marimba"])),
+        [("burst-two".to_string(), 1)]
+    );
+    // Events after the burst are indexed as they come again.
+    d.append_lines(
+        "quiet",
+        "{\"type\":\"user.input\",\"payload\":{\"text\":\"glockenspiel\"}}\n",
+    );
+    wait_for("the quiet event to be found", CATCH_UP, || {
+        (hit_at(&search(&d, &["glockenspiel"])) == [("quiet".to_string(), 1)]).then_some(())
+    });
 }
 
 #[test]

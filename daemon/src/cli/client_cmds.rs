@@ -526,8 +526,13 @@ pub fn stats(args: StatsArgs) -> anyhow::Result<ExitCode> {
                 serde_json::from_value::<dstream_sdk::protocol::SearchStats>(search.clone())
         {
             let state = if s.enabled { "on" } else { "off" };
+            let waiting = if s.waiting_out_burst {
+                " (letting a burst of appends pass; it catches up after)"
+            } else {
+                ""
+            };
             println!(
-                "{:<22} {state}, {} events indexed, {} behind, {}{}",
+                "{:<22} {state}, {} events indexed, {} behind{waiting}, {}{}",
                 "search",
                 s.indexed_events,
                 s.behind_by,

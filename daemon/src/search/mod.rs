@@ -5,6 +5,7 @@
 //! - [`index`]: the file: schema, batched writes, removal, queries, the damage check;
 //! - [`boot`]: telling a machine restart from a daemon crash, since the index never syncs;
 //! - [`observer`]: the `dstream-search` thread that fills it from the hub and the logs;
+//! - [`pace`]: when it steps aside for a burst of appends and reads the logs after;
 //! - [`snippet`]: the user's query as FTS5 syntax, and the highlighted snippets;
 //! - [`query`]: answering `search`: ranked hits, each read back from its log for its snippet;
 //! - [`tool_uses`]: every tool request by `tool_use_id`, for the pipeline's joins.
@@ -16,6 +17,7 @@ pub mod boot;
 pub mod extract;
 pub mod index;
 pub mod observer;
+pub mod pace;
 pub mod query;
 pub mod settings;
 pub mod snippet;
@@ -78,9 +80,7 @@ impl Search {
             running: Mutex::new(None),
             readers: Mutex::new(Vec::new()),
         });
-        if config.search.enabled {
-            search.turn_on();
-        }
+        search.reconfigure(config);
         search
     }
 
@@ -166,6 +166,8 @@ impl Search {
             behind_by: self.behind_by(),
             index_bytes: index::bytes_on_disk(&self.dir),
             last_error: self.shared.last_error.lock().unwrap().clone(),
+            waiting_out_burst: self.shared.waiting_out_burst.load(Ordering::Relaxed),
+            bursts_waited_out: self.shared.bursts_waited_out.load(Ordering::Relaxed),
         }
     }
 }
@@ -181,6 +183,9 @@ impl Component for Search {
     }
 
     fn reconfigure(&self, config: &Config) {
+        self.shared
+            .busy_appends_per_sec
+            .store(config.search.busy_appends_per_sec, Ordering::Relaxed);
         if config.search.enabled {
             self.turn_on();
         } else {

@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::hub::{Committed, Hub, HubReader, Lagged};
 use crate::search::extract::extract;
 use crate::search::index::{Doc, IndexError, MAX_LSN, Writer};
+use crate::search::pace::Pace;
 use crate::search::tool_uses::ToolUses;
 use crate::search::usage_rows::UsageBatch;
 use crate::store::{EventJson, Session, Store};
@@ -34,6 +35,8 @@ const LINGER: Duration = Duration::from_millis(50);
 const HUB_HOLDS: usize = 2 << 20;
 /// While a batch lingers, how often it takes what has been committed since.
 const GATHER_SLICE: Duration = Duration::from_millis(10);
+/// While appends are busy (see [`crate::search::pace`]), how often the rate is looked at again.
+const BUSY_RECHECK: Duration = Duration::from_millis(200);
 /// Log pages read per catch-up step.
 const PAGE_EVENTS: usize = 1024;
 const PAGE_BYTES: usize = 4 << 20;
@@ -54,6 +57,11 @@ pub struct Shared {
     pub last_error: Mutex<Option<String>>,
     /// Set to stop: a long catch-up checks it between pages.
     pub stopping: AtomicBool,
+    /// `[search] busy_appends_per_sec`, as last configured.
+    pub busy_appends_per_sec: AtomicU64,
+    /// Whether the thread is letting a burst of appends pass, and how many it has.
+    pub waiting_out_burst: AtomicBool,
+    pub bursts_waited_out: AtomicU64,
     /// Set once the first catch-up after start has ended, well or not; `first_pass` wakes
     /// whoever waits for that.
     pub first_pass_done: AtomicBool,
@@ -98,6 +106,11 @@ pub fn spawn(
     // behind under load, and the logs hold everything it skips.
     let reader = hub.subscribe_holding(HUB_HOLDS);
     let observer = Observer {
+        pace: Pace::new(
+            store.stats().appends.load(Ordering::Relaxed),
+            Instant::now(),
+        ),
+        hub: hub.clone(),
         store,
         dir,
         shared,
@@ -150,6 +163,8 @@ struct Entry {
 
 struct Observer {
     store: Store,
+    hub: Arc<Hub>,
+    pace: Pace,
     dir: PathBuf,
     shared: Arc<Shared>,
     ix: Option<Writer>,
@@ -165,6 +180,14 @@ struct Observer {
     /// Sessions to catch up from their logs; all of them.
     dirty: HashSet<String>,
     dirty_all: bool,
+}
+
+/// Whether a catch-up from the logs gives way to a burst of appends (see `pace`): the
+/// following thread's does; `reindex`, which someone waits for, does not.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Yield {
+    ToBursts,
+    Never,
 }
 
 enum Wake {
@@ -187,7 +210,9 @@ impl Observer {
             if self.shared.stopping.load(Ordering::Relaxed) {
                 break;
             }
-            let opened = self.ensure_open().and_then(|()| self.catch_up());
+            let opened = self
+                .ensure_open()
+                .and_then(|()| self.catch_up(Yield::ToBursts));
             self.shared.end_first_pass();
             if let Err(e) = opened {
                 self.failed(e);
@@ -196,7 +221,26 @@ impl Observer {
                 }
                 continue;
             }
-            let wake = rt.block_on(collect(&mut reader, &mut commands, &mut items));
+            let mut wake = rt.block_on(collect(&mut reader, &mut commands, &mut items));
+            if matches!(wake, Wake::Events) && self.busy() {
+                // What was gathered, and all that commits meanwhile, is read from the logs
+                // once the burst is over; the hub holds nothing for this thread until then.
+                items.clear();
+                drop(reader);
+                self.dirty_all = true;
+                if let Err(e) = self.flush() {
+                    self.failed(e);
+                }
+                self.shared.waiting_out_burst.store(true, Ordering::Relaxed);
+                self.shared
+                    .bursts_waited_out
+                    .fetch_add(1, Ordering::Relaxed);
+                wake = rt.block_on(self.wait_out_burst(&mut commands));
+                self.shared
+                    .waiting_out_burst
+                    .store(false, Ordering::Relaxed);
+                reader = self.hub.subscribe_holding(HUB_HOLDS);
+            }
             for item in items.drain(..) {
                 if let Err(e) = self.take(item) {
                     self.failed(e);
@@ -223,6 +267,28 @@ impl Observer {
             }
         }
         tracing::debug!("search indexing stopped");
+    }
+
+    fn busy(&mut self) -> bool {
+        let appends = self.store.stats().appends.load(Ordering::Relaxed);
+        let per_sec = self.shared.busy_appends_per_sec.load(Ordering::Relaxed);
+        self.pace.busy(appends, Instant::now(), per_sec)
+    }
+
+    /// Waits while appends are busy, or until a command or the stop comes.
+    async fn wait_out_burst(&mut self, commands: &mut mpsc::UnboundedReceiver<Command>) -> Wake {
+        loop {
+            tokio::select! {
+                c = commands.recv() => return c.map_or(Wake::Stop, Wake::Command),
+                () = tokio::time::sleep(BUSY_RECHECK) => {}
+            }
+            if self.shared.stopping.load(Ordering::Relaxed) {
+                return Wake::Stop;
+            }
+            if !self.busy() {
+                return Wake::Idle;
+            }
+        }
     }
 
     fn ensure_open(&mut self) -> Result<(), IndexError> {
@@ -295,7 +361,7 @@ impl Observer {
         self.bytes = 0;
         let ix = Writer::create(&self.dir)?;
         self.load(ix)?;
-        self.catch_up()?;
+        self.catch_up(Yield::Never)?;
         Ok(Reindexed {
             sessions: self.sessions.len() as u64,
             events: self.shared.indexed_events.load(Ordering::Relaxed),
@@ -403,8 +469,9 @@ impl Observer {
         Ok(())
     }
 
-    /// Indexes what the logs hold beyond each dirty session's indexed LSN.
-    fn catch_up(&mut self) -> Result<(), IndexError> {
+    /// Indexes what the logs hold beyond each dirty session's indexed LSN. Yielding, it stops
+    /// when appends turn busy and leaves the rest for later (every session stays dirty).
+    fn catch_up(&mut self, yielding: Yield) -> Result<(), IndexError> {
         if !self.dirty_all && self.dirty.is_empty() {
             return Ok(());
         }
@@ -424,20 +491,27 @@ impl Observer {
             if self.shared.stopping.load(Ordering::Relaxed) {
                 return Ok(());
             }
-            if let Err(e) = self.catch_up_one(&session) {
+            if let Err(e) = self.catch_up_one(&session, yielding) {
                 // A session that cannot be read (quarantined) is left; the others go on.
                 self.shared.error(&format!("session {}: {e}", session.id));
+            }
+            if self.dirty_all {
+                break;
             }
         }
         self.flush()
     }
 
-    fn catch_up_one(&mut self, session: &Session) -> Result<(), IndexError> {
+    fn catch_up_one(&mut self, session: &Session, yielding: Yield) -> Result<(), IndexError> {
         let committed = session.committed_lsn();
         let entry = self.entry(&session.id)?;
         let sid = entry.sid;
         while self.entry(&session.id)?.next <= committed {
             if self.shared.stopping.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            if yielding == Yield::ToBursts && self.busy() {
+                self.dirty_all = true;
                 return Ok(());
             }
             let from = self.entry(&session.id)?.next;

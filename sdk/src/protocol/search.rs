@@ -66,4 +66,10 @@ pub struct SearchStats {
     pub index_bytes: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// The index is letting a burst of appends pass and will catch up from the logs after.
+    #[serde(default)]
+    pub waiting_out_burst: bool,
+    /// Bursts of appends it has let pass since the daemon started.
+    #[serde(default)]
+    pub bursts_waited_out: u64,
 }
