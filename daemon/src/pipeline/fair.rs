@@ -1,6 +1,6 @@
-//! The map thread's queue: ingests waiting, served one client at a time in turn, so a client
-//! flooding the pipeline delays another client's tool call by at most one event of its own
-//! (plus the few handed over to the worker). Kept apart from the worker because it is pure bookkeeping, testable on its own.
+//! The pipeline thread's queue: ingests waiting, served one client at a time in turn, so a client
+//! flooding the pipeline delays another client's tool call by at most one event of its own.
+//! Kept apart from the thread's loop because it is pure bookkeeping, testable on its own.
 
 use std::collections::{HashMap, VecDeque};
 

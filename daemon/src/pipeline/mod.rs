@@ -7,10 +7,9 @@
 //! so that a tool result can name its request as its cause; then the store's one commit
 //! path) → **observe** (plugins' `on_event` read the daemon-wide stream of committed events).
 //!
-//! Two threads run every ingest, in arrival order: one maps it while the other filters,
-//! decides and appends the one before, so the events of a session are stored in the order
-//! their hooks fired; plugins run on their own threads
-//! (see [`crate::plugins`]), never on the async workers. The failure policy (ARCHITECTURE.md):
+//! One thread runs every ingest, in arrival order, so the events of a session are stored in
+//! the order their hooks fired; plugins run on it when their state is free, else on their
+//! own threads (see [`crate::plugins`]), never on the async workers. The failure policy (ARCHITECTURE.md):
 //! a failing `map` stores the raw event as `unmapped` plus a `plugin.error`; a failing
 //! `process` passes the event on unchanged; a failing `decide` counts as "deny" (what cannot
 //! be evaluated counts as its strictest outcome); nothing the
@@ -21,9 +20,9 @@
 //! - `ingest`: what comes in (an [`Ingest`]) and how its outcome goes back;
 //! - `handle`: the [`Pipeline`] the rest of the daemon holds; `start` starts its thread and
 //!   observer, `settings` + `reload` are what it runs under and how that is replaced;
-//! - `map_stage`: the first thread, one ingest at a time from a `fair` queue, through `map`;
-//! - `worker`: the second, each mapped ingest in turn through `filter` → `verdict` (with
-//!   `decide`) → `append` (with `joins`);
+//! - `map_stage`: the thread, one ingest at a time from a `fair` queue, through `map`;
+//! - `worker`: then each mapped ingest through `filter` → `verdict` (with `decide`) →
+//!   `append` (with `joins`);
 //! - `draft` + `normalize`: the events on their way, and checking what plugins emit;
 //! - `observe`: the `on_event` plugins' view of the committed stream.
 

@@ -1,5 +1,5 @@
-//! Starting the pipeline: loads the plugins, then starts its two threads (the map stage and
-//! the worker) and the `on_event` observer. Apart from the handle so that the worker and the observer, which
+//! Starting the pipeline: loads the plugins, then starts its thread (the map stage, which
+//! hands each mapped ingest to the worker's steps) and the `on_event` observer. Apart from the handle so that the worker and the observer, which
 //! hold the handle weakly, do not import the file that starts them.
 
 use std::sync::atomic::AtomicU64;
@@ -9,7 +9,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::handle::Pipeline;
 use super::joins::JoinMemory;
-use super::map_stage::{HANDED_OVER, MapStage};
+use super::map_stage::MapStage;
 use super::observe::observe;
 use super::settings::PipelineSettings;
 use super::worker::Worker;
@@ -21,7 +21,7 @@ use crate::plugins::PluginSet;
 use crate::plugins::{PLUGIN_STACK_BYTES, allow_inline_calls};
 use crate::store::Store;
 
-/// Ingests waiting for the map thread; past it, `ingest` waits (each one is also
+/// Ingests waiting for the pipeline thread; past it, `ingest` waits (each one is also
 /// charged to the clients' memory budget by the socket layer).
 const QUEUE: usize = 1024;
 
@@ -62,7 +62,6 @@ impl Pipeline {
             redact,
             tool_index: Arc::default(),
         });
-        let (handed_over, mapped) = std::sync::mpsc::sync_channel(HANDED_OVER);
         let worker = Worker {
             store,
             checkpoints,
@@ -71,20 +70,13 @@ impl Pipeline {
             joins: JoinMemory::default(),
             tool_index: pipeline.tool_index.clone(),
         };
-        std::thread::Builder::new()
-            .name("dstream-pipeline".into())
-            .stack_size(PLUGIN_STACK_BYTES)
-            .spawn(move || {
-                allow_inline_calls();
-                worker.run(mapped)
-            })?;
         let stage = MapStage {
             plugins: pipeline.plugins.subscribe(),
             pipeline: Arc::downgrade(&pipeline),
-            worker: handed_over,
+            worker,
         };
         std::thread::Builder::new()
-            .name("dstream-map".into())
+            .name("dstream-pipeline".into())
             .stack_size(PLUGIN_STACK_BYTES)
             .spawn(move || {
                 allow_inline_calls();

@@ -1,11 +1,8 @@
-//! The pipeline's second thread (`dstream-pipeline`): takes each ingest the map thread
-//! ([`super::map_stage`]) has mapped, in the order it mapped them, and runs its events through
-//! process → decide → append, so the events of a session are stored in the order their hooks
-//! fired. This file is the order of the steps (and what happens to a tool call nobody waits
-//! for any more); each step is in its own file.
+//! What the pipeline's thread ([`super::map_stage`]) does with each ingest once it is mapped:
+//! its events go through process → decide → append. This file is the order of the steps (and
+//! what happens to a tool call nobody waits for any more); each step is in its own file.
 
 use std::collections::VecDeque;
-use std::sync::mpsc::Receiver;
 use std::sync::{Arc, OnceLock};
 
 use serde_json::{Map, Value as Json, json};
@@ -17,15 +14,28 @@ use super::filter::process;
 use super::handle::Pipeline;
 use super::ingest::{Ingest, IngestError};
 use super::joins::{JoinMemory, ToolIndex};
-use super::map_stage::Mapped;
 use super::verdict::{request_kind, verdict};
 use crate::budget::Budgets;
 use crate::checkpoint::Checkpoints;
-use crate::checkpoint::policy::Call;
+use crate::checkpoint::policy::{Call, Policy};
+use crate::plugins::PluginSet;
 use crate::store::Store;
 use dstream_sdk::protocol::Action;
 
-/// The pipeline thread's state.
+/// One ingest after its map step: what the worker needs to finish it.
+pub(super) struct Mapped {
+    /// The ingest as it came (its raw text already dropped: `raw` holds it parsed).
+    pub ingest: Ingest,
+    pub raw: Arc<Json>,
+    pub fallback: String,
+    pub drafts: Vec<Draft>,
+    /// The plugins it was mapped with: its filters and decisions come from the same set.
+    pub set: Arc<PluginSet>,
+    pub keep_raw: bool,
+    pub policy: Arc<Policy>,
+}
+
+/// The state the steps after the map keep from one ingest to the next.
 pub(super) struct Worker {
     pub(super) store: Store,
     pub(super) checkpoints: Arc<Checkpoints>,
@@ -37,14 +47,8 @@ pub(super) struct Worker {
 }
 
 impl Worker {
-    /// Finishes mapped ingests in the order they were mapped, until the map thread stops.
-    pub(super) fn run(mut self, rx: Receiver<Mapped>) {
-        while let Ok(mapped) = rx.recv() {
-            self.handle(mapped);
-        }
-    }
-
-    fn handle(&mut self, mapped: Mapped) {
+    /// Filters, decides and appends one mapped ingest.
+    pub(super) fn handle(&mut self, mapped: Mapped) {
         let Mapped {
             ingest,
             raw,

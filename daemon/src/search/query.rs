@@ -159,6 +159,12 @@ impl Search {
             .get(session)
             .copied()
             .unwrap_or(0);
+        // Requests are written with the documents that move the mark: a session not marked
+        // has none in the file, and asking SQLite (a read transaction, its file locks) would
+        // only cost the pipeline's thread for every result of a new session.
+        if indexed == 0 {
+            return Err(0);
+        }
         let Ok(Some((generation, conn))) = self.reader() else {
             return Err(0);
         };
