@@ -2032,7 +2032,9 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
          - Machine: nproc {nproc}, {cpu}, kernel {kernel}, {date}; temp dirs on {fs_type} ({fs_dev}); \
          load average {load}.\n\
          - Workload: {bytes} B JSON events (`{{\"type\":\"bench.event\",\"payload\":{{\"seq\":N,\"pad\":\"x…\"}}}}`), \
-         one event per request; each connection (one OS thread) waits for its reply before sending the next (no pipelining); \
+         one event per request; each connection (one OS thread) waits for its reply before sending the next (no pipelining; \
+         dstream's Unix-socket client waits in `poll`, as the SDK does in epoll, since a thread blocked in `read` there is also \
+         woken when the daemon takes its request); \
          {warm:.1} s warm-up + {measure:.1} s measured per scenario; a fresh server and data dir per scenario; \
          the two servers never run at the same time.\n\
          - dstream (release build of this workspace): JSON-RPC `append` over its Unix socket; `[store] fsync = \"always\"` \

