@@ -114,6 +114,15 @@ impl Timed {
 }
 
 impl Read for Timed {
+    #[cfg(unix)]
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        // Once poll says readable, the read returns at once with what has come.
+        crate::hook::readable::by(self.stream.as_raw_fd(), self.until)?;
+        self.stream.read(buf)
+    }
+
+    #[cfg(not(unix))]
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.stream.set_read_timeout(Some(self.left()?))?;
         self.stream.read(buf)

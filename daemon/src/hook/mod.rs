@@ -43,6 +43,7 @@ mod fit;
 mod input;
 pub mod lean;
 mod outcome;
+mod readable;
 mod stdin;
 mod verdict;
 

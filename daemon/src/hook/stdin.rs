@@ -24,36 +24,15 @@ impl TimedStdin {
 
     #[cfg(unix)]
     fn wait_readable(&mut self) -> io::Result<()> {
-        loop {
-            let left = self.until.saturating_duration_since(Instant::now());
-            // Rounded up, so a sub-millisecond rest is waited for rather than spun on.
-            let ms = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
-            let mut fd = libc::pollfd {
-                fd: libc::STDIN_FILENO,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd, for the length given.
-            let n = unsafe { libc::poll(&mut fd, 1, ms) };
-            match n {
-                // Readable, at its end, or not open: the read says which.
-                1.. => return Ok(()),
-                0 if ms == 0 || Instant::now() >= self.until => {
-                    self.timed_out = true;
-                    return Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        "stdin did not end in time",
-                    ));
-                }
-                0 => {}
-                _ => {
-                    let e = io::Error::last_os_error();
-                    if e.kind() != io::ErrorKind::Interrupted {
-                        return Err(e);
-                    }
-                }
+        // Readable, at its end, or not open: the read says which.
+        crate::hook::readable::by(libc::STDIN_FILENO, self.until).map_err(|e| {
+            if e.kind() == io::ErrorKind::TimedOut {
+                self.timed_out = true;
+                io::Error::new(io::ErrorKind::TimedOut, "stdin did not end in time")
+            } else {
+                e
             }
-        }
+        })
     }
 
     #[cfg(not(unix))]
