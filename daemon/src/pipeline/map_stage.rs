@@ -9,8 +9,8 @@
 //! context switches. C=16 `ingest` over 16 sessions, three alternated pairs: 42.1-44.4 µs
 //! of daemon CPU an event with two threads, 39.1-40.4 with one.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
 
 use serde_json::Value as Json;
 use serde_json::value::RawValue;
@@ -18,7 +18,6 @@ use tokio::sync::{mpsc, watch};
 
 use super::draft::fallback_session;
 use super::fair::FairQueue;
-use super::handle::Pipeline;
 use super::ingest::{Ingest, IngestError};
 use super::map::map;
 use super::worker::{Mapped, Worker};
@@ -27,7 +26,7 @@ use crate::plugins::PluginSet;
 /// The pipeline thread's state.
 pub(super) struct MapStage {
     pub plugins: watch::Receiver<Arc<PluginSet>>,
-    pub pipeline: Weak<Pipeline>,
+    /// The steps after the map; its handle on the pipeline serves this thread too.
     pub worker: Worker,
 }
 
@@ -57,7 +56,7 @@ impl MapStage {
     /// Parses the raw event and maps it; `None` once the pipeline is gone (the ingest is
     /// answered "stopped").
     fn map(&mut self, mut ingest: Ingest) -> Option<Mapped> {
-        let Some(pipeline) = self.pipeline.upgrade() else {
+        let Some(pipeline) = self.worker.pipeline.upgrade() else {
             (ingest.done)(Err(IngestError::Stopped));
             return None;
         };

@@ -72,7 +72,6 @@ impl Pipeline {
         };
         let stage = MapStage {
             plugins: pipeline.plugins.subscribe(),
-            pipeline: Arc::downgrade(&pipeline),
             worker,
         };
         std::thread::Builder::new()

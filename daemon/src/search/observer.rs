@@ -223,23 +223,8 @@ impl Observer {
             }
             let mut wake = rt.block_on(collect(&mut reader, &mut commands, &mut items));
             if matches!(wake, Wake::Events) && self.busy() {
-                // What was gathered, and all that commits meanwhile, is read from the logs
-                // once the burst is over; the hub holds nothing for this thread until then.
                 items.clear();
-                drop(reader);
-                self.dirty_all = true;
-                if let Err(e) = self.flush() {
-                    self.failed(e);
-                }
-                self.shared.waiting_out_burst.store(true, Ordering::Relaxed);
-                self.shared
-                    .bursts_waited_out
-                    .fetch_add(1, Ordering::Relaxed);
-                wake = rt.block_on(self.wait_out_burst(&mut commands));
-                self.shared
-                    .waiting_out_burst
-                    .store(false, Ordering::Relaxed);
-                reader = self.hub.subscribe_holding(HUB_HOLDS);
+                (reader, wake) = self.let_burst_pass(reader, &mut commands, &rt);
             }
             for item in items.drain(..) {
                 if let Err(e) = self.take(item) {
@@ -273,6 +258,28 @@ impl Observer {
         let appends = self.store.stats().appends.load(Ordering::Relaxed);
         let per_sec = self.shared.busy_appends_per_sec.load(Ordering::Relaxed);
         self.pace.busy(appends, Instant::now(), per_sec)
+    }
+
+    /// Lets a burst of appends pass: what was gathered, and all that commits meanwhile, is
+    /// read from the logs once it is over, and the hub holds nothing for this thread until
+    /// then. Returns the reader to go on with and what ended the wait.
+    fn let_burst_pass(
+        &mut self,
+        reader: HubReader,
+        commands: &mut mpsc::UnboundedReceiver<Command>,
+        rt: &tokio::runtime::Handle,
+    ) -> (HubReader, Wake) {
+        drop(reader);
+        self.dirty_all = true;
+        if let Err(e) = self.flush() {
+            self.failed(e);
+        }
+        let shared = self.shared.clone();
+        shared.waiting_out_burst.store(true, Ordering::Relaxed);
+        shared.bursts_waited_out.fetch_add(1, Ordering::Relaxed);
+        let wake = rt.block_on(self.wait_out_burst(commands));
+        shared.waiting_out_burst.store(false, Ordering::Relaxed);
+        (self.hub.subscribe_holding(HUB_HOLDS), wake)
     }
 
     /// Waits while appends are busy, or until a command or the stop comes.

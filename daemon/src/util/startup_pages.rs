@@ -3,8 +3,8 @@
 //! Starting the daemon runs code it will not run again (configuration, plugin loading, the
 //! store's recovery, the HTTP listener's set-up), and the kernel maps code in 64 KiB runs
 //! around each page touched: a fresh daemon held most of its 15 MB of machine code resident
-//! while idle. Once it is ready, the read-only file mappings that hold nothing but clean
-//! pages of their file are dropped from its page tables; what runs afterwards maps back in
+//! while idle. Once it is ready, the read-only file mappings that hold nothing but pages of
+//! their file are dropped from its page tables; what runs afterwards maps back in
 //! from the page cache on first use, so the resident set is what the daemon actually uses.
 //!
 //! Only a mapping that is not writable and has no anonymous (copied-on-write) pages is
