@@ -89,7 +89,7 @@ pub(super) fn append(
                 c.finish();
             }
         });
-        match to_new_event(&draft.event) {
+        match to_new_event(&draft.event, draft.verbatim_raw.as_deref()) {
             Ok(event) => {
                 let must_sync = event.event_type.starts_with("checkpoint.");
                 store.append_with_id(&draft.session_id, Some(id), event, must_sync, ack);
@@ -97,10 +97,13 @@ pub(super) fn append(
             Err(why) => {
                 // Cannot happen for a normalized draft; stored as an error rather than lost.
                 tracing::error!(%why, "pipeline produced an event the store refuses");
-                let event = to_new_event(&object(json!({
-                    "type": "plugin.error",
-                    "payload": {"error": why, "hook": "append"},
-                })))
+                let event = to_new_event(
+                    &object(json!({
+                        "type": "plugin.error",
+                        "payload": {"error": why, "hook": "append"},
+                    })),
+                    None,
+                )
                 .expect("a fixed valid event");
                 store.append_with_id(&draft.session_id, Some(id), event, false, ack);
             }

@@ -3,6 +3,9 @@
 //! request rescued from a raw event the mapping lost. Apart from the steps that use them
 //! so that every step builds them the same way.
 
+use std::sync::Arc;
+
+use serde_json::value::RawValue;
 use serde_json::{Map, Value as Json, json};
 
 use crate::plugins::{Failure, Plugin};
@@ -12,6 +15,29 @@ use crate::plugins::{Failure, Plugin};
 pub(super) struct Draft {
     pub(super) session_id: String,
     pub(super) event: Map<String, Json>,
+    /// The raw event as the agent sent it, to store as the event's `raw` when `event` has
+    /// none: the text itself rather than a copy of its parsed tree, which cost every ingest
+    /// a deep clone, a redaction walk and an encoding. Only text that parses without repair
+    /// and holds no line break; the store's entry point redacts it like any field. Put in
+    /// the tree ([`Draft::raw_in_tree`]) before a filter plugin, which must see it.
+    pub(super) verbatim_raw: Option<Arc<RawValue>>,
+}
+
+impl Draft {
+    pub(super) fn new(session_id: String, event: Map<String, Json>) -> Draft {
+        Draft {
+            session_id,
+            event,
+            verbatim_raw: None,
+        }
+    }
+
+    /// Moves the verbatim raw event into `event` as the parsed `raw`.
+    pub(super) fn raw_in_tree(&mut self, raw: &Json) {
+        if self.verbatim_raw.take().is_some() {
+            self.event.insert("raw".into(), raw.clone());
+        }
+    }
 }
 
 /// The event's id, given one now if it has none (a ULID), so later events can name it.
@@ -74,10 +100,7 @@ pub(super) fn bypassed_event(
         event["payload"]["rule"] = json!(r.rule);
         event["payload"]["rule_description"] = json!(r.description);
     }
-    Draft {
-        session_id: request.session_id.clone(),
-        event: object(event),
-    }
+    Draft::new(request.session_id.clone(), object(event))
 }
 
 /// A tool call read from the raw event by the daemon itself, for the decision the mapping
@@ -98,6 +121,7 @@ pub(super) fn rescued_request(
     }
     Draft {
         session_id: req.session_id.unwrap_or_else(|| fallback.to_string()),
+        verbatim_raw: None,
         event: object(json!({
             "type": "execution.tool_use",
             "actor": source,
@@ -122,6 +146,7 @@ pub(super) fn unmapped(source: &str, session: &str, raw: &Json, error: Option<&s
     }));
     Draft {
         session_id: session.to_string(),
+        verbatim_raw: None,
         event,
     }
 }
@@ -139,6 +164,7 @@ pub(super) fn plugin_error(
     }
     Draft {
         session_id: session.to_string(),
+        verbatim_raw: None,
         event: object(json!({
             "type": "plugin.error",
             "actor": "dstream",

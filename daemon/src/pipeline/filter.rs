@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::Value as Json;
 
 use super::draft::{Draft, object, plugin_error};
-use super::normalize::normalize;
+use super::normalize::{AttachRaw, normalize};
 use crate::plugins::{Hooks, Input, PluginSet};
 
 /// The filters, in order: each may keep, change, split or drop every event. A failing filter
@@ -20,6 +20,12 @@ pub(super) fn process(
     raw: &Json,
     notes: &mut Vec<Draft>,
 ) -> Vec<Draft> {
+    if set.with(Hooks::PROCESS).any(|p| p.disabled().is_none()) {
+        // A filter sees the whole event, the raw event it came from included.
+        for d in &mut drafts {
+            d.raw_in_tree(raw);
+        }
+    }
     for plugin in set.with(Hooks::PROCESS) {
         if plugin.disabled().is_some() {
             continue;
@@ -49,7 +55,13 @@ pub(super) fn process(
                 .and_then(|out| {
                     out.into_iter()
                         .map(|e| {
-                            normalize(e, &draft.session_id, source, raw, false, passing.as_deref())
+                            normalize(
+                                e,
+                                &draft.session_id,
+                                source,
+                                AttachRaw::No,
+                                passing.as_deref(),
+                            )
                         })
                         .collect::<Result<Vec<_>, _>>()
                         .map_err(|why| (why, None))
@@ -68,6 +80,7 @@ pub(super) fn process(
                         &draft.session_id,
                     ));
                     next.push(Draft {
+                        verbatim_raw: None,
                         session_id: draft.session_id,
                         event,
                     });

@@ -52,10 +52,7 @@ impl Pipeline {
     /// dropped it; filter failures are logged and the event goes on unchanged.
     pub fn filter(&self, session: &str, source: &str, event: Json) -> Option<Json> {
         let set = self.plugins();
-        let draft = Draft {
-            session_id: session.to_string(),
-            event: object(event),
-        };
+        let draft = Draft::new(session.to_string(), object(event));
         let mut notes = Vec::new();
         let redactor = self.redact.get();
         let kept = process(

@@ -172,10 +172,7 @@ mod tests {
     use crate::pipeline::draft::object;
 
     fn draft(session: &str, event: Json) -> Draft {
-        Draft {
-            session_id: session.into(),
-            event: object(event),
-        }
+        Draft::new(session.into(), object(event))
     }
 
     fn request(session: &str, tool_use_id: &str) -> Draft {

@@ -6,9 +6,10 @@
 use std::sync::Arc;
 
 use serde_json::Value as Json;
+use serde_json::value::RawValue;
 
 use super::draft::{Draft, plugin_error, unmapped};
-use super::normalize::normalize;
+use super::normalize::{AttachRaw, normalize};
 use crate::plugins::{Hooks, Input, PluginSet};
 
 /// The events the mapping made of `raw` (sent by `source`, in `session_id` if the caller
@@ -17,10 +18,16 @@ pub(super) fn map(
     set: &PluginSet,
     source: &str,
     raw: &Arc<Json>,
+    verbatim_raw: Option<&Arc<RawValue>>,
     session_id: Option<&str>,
     fallback: &str,
     keep_raw: bool,
 ) -> Vec<Draft> {
+    let attach = match (keep_raw, verbatim_raw) {
+        (false, _) => AttachRaw::No,
+        (true, Some(text)) => AttachRaw::Verbatim(text),
+        (true, None) => AttachRaw::Tree(raw),
+    };
     let mut drafts = Vec::new();
     let mut notes = Vec::new();
 
@@ -40,7 +47,7 @@ pub(super) fn map(
             match plugin.call(Hooks::MAP, input) {
                 Ok(events) => {
                     for e in events {
-                        match normalize(e, fallback, source, raw, keep_raw, None) {
+                        match normalize(e, fallback, source, attach, None) {
                             Ok(d) => drafts.push(d),
                             Err(why) => {
                                 notes.push(plugin_error(plugin, "map", &why, None, fallback));

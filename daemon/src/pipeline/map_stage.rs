@@ -20,6 +20,7 @@ use super::draft::fallback_session;
 use super::fair::FairQueue;
 use super::ingest::{Ingest, IngestError};
 use super::map::map;
+use super::normalize::verbatim;
 use super::worker::{Mapped, Worker};
 use crate::plugins::PluginSet;
 
@@ -70,14 +71,15 @@ impl MapStage {
         // Well formed (the socket layer checked); what cannot be represented (a lone
         // surrogate, 1e999) is repaired rather than lost, so the call still gets its decision.
         let text = std::mem::replace(&mut ingest.raw, RawValue::NULL.to_owned());
-        let raw: Arc<Json> =
-            Arc::new(crate::lossy_json::parse(text.get()).map_or(Json::Null, |(v, _)| v));
-        drop(text);
+        let (raw, repaired) = crate::lossy_json::parse(text.get()).unwrap_or((Json::Null, true));
+        let raw = Arc::new(raw);
+        let verbatim_raw = verbatim(text, repaired);
         let fallback = fallback_session(&ingest.source, ingest.session_id.as_deref(), &raw);
         let drafts = map(
             &set,
             &ingest.source,
             &raw,
+            verbatim_raw.as_ref(),
             ingest.session_id.as_deref(),
             &fallback,
             keep_raw,

@@ -7,6 +7,8 @@ use dstream_sdk::event::MAX_NESTING_DEPTH;
 use serde_json::value::{RawValue, to_raw_value};
 use serde_json::{Map, Value as Json, json};
 
+use std::sync::Arc;
+
 use super::draft::Draft;
 use crate::jsonscan::nesting_depth;
 use crate::store::{NewEventRaw, validate_event};
@@ -23,6 +25,25 @@ const FIELDS: &[&str] = &[
     "raw",
 ];
 
+/// How a mapped event gets the raw event it came from.
+#[derive(Clone, Copy)]
+pub(super) enum AttachRaw<'a> {
+    /// Not at all (a filter's output, or `keep_raw = false`).
+    No,
+    /// As the parsed tree.
+    Tree(&'a Json),
+    /// As the text the agent sent (see [`Draft::verbatim_raw`]).
+    Verbatim(&'a Arc<RawValue>),
+}
+
+/// The raw event's text, if it may be stored as sent: when every reader parses it to what
+/// the mapping saw (`repaired`: the pipeline had to mend a lone surrogate or a number
+/// beyond a double first) and it keeps to one line of the log.
+pub(super) fn verbatim(text: Box<RawValue>, repaired: bool) -> Option<Arc<RawValue>> {
+    let one_line = memchr::memchr2(b'\n', b'\r', text.get().as_bytes()).is_none();
+    (!repaired && one_line).then(|| Arc::from(text))
+}
+
 /// Checks an event a plugin emitted and fills what the pipeline owes it: the session, the
 /// source in `metadata`, and (for a mapping) the raw event, unless the plugin set `raw`.
 /// `passing`: the type of the event a filter was given, which it may pass on even when only
@@ -31,8 +52,7 @@ pub(super) fn normalize(
     emitted: Json,
     session: &str,
     source: &str,
-    raw: &Json,
-    attach_raw: bool,
+    attach_raw: AttachRaw,
     passing: Option<&str>,
 ) -> Result<Draft, String> {
     let Json::Object(mut event) = emitted else {
@@ -83,17 +103,24 @@ pub(super) fn normalize(
         }
         _ => return Err("`metadata` must be a table".into()),
     }
-    if attach_raw && !event.contains_key("raw") {
-        event.insert("raw".into(), raw.clone());
+    let mut draft = Draft::new(session, event);
+    if !draft.event.contains_key("raw") {
+        match attach_raw {
+            AttachRaw::No => {}
+            AttachRaw::Tree(raw) => {
+                draft.event.insert("raw".into(), raw.clone());
+            }
+            AttachRaw::Verbatim(text) => draft.verbatim_raw = Some(text.clone()),
+        }
     }
-    Ok(Draft {
-        session_id: session,
-        event,
-    })
+    Ok(draft)
 }
 
-/// The store's form of a normalized event.
-pub(super) fn to_new_event(event: &Map<String, Json>) -> Result<NewEventRaw, String> {
+/// The store's form of a normalized event (its `raw` the verbatim text when it has one).
+pub(super) fn to_new_event(
+    event: &Map<String, Json>,
+    verbatim_raw: Option<&RawValue>,
+) -> Result<NewEventRaw, String> {
     let text = |k: &str| event.get(k).and_then(Json::as_str).map(str::to_string);
     let json = |k: &str| -> Result<Option<Box<RawValue>>, String> {
         match event.get(k) {
@@ -118,7 +145,10 @@ pub(super) fn to_new_event(event: &Map<String, Json>) -> Result<NewEventRaw, Str
         causation_id: text("causation_id"),
         correlation_id: text("correlation_id"),
         metadata: json("metadata")?,
-        raw: json("raw")?,
+        raw: match verbatim_raw {
+            Some(text) if !event.contains_key("raw") => Some(text.to_owned()),
+            _ => json("raw")?,
+        },
         ignored_lsn: None,
         ignored_id: None,
         ignored_timestamp: None,
@@ -138,7 +168,13 @@ mod tests {
 
     /// As a mapping emits it: raw attached when asked.
     fn mapped(emitted: Json, attach_raw: bool) -> Result<Draft, String> {
-        normalize(emitted, "fallback", "claude-code", &raw(), attach_raw, None)
+        let raw = raw();
+        let attach = if attach_raw {
+            AttachRaw::Tree(&raw)
+        } else {
+            AttachRaw::No
+        };
+        normalize(emitted, "fallback", "claude-code", attach, None)
     }
 
     #[test]
@@ -234,10 +270,10 @@ mod tests {
         let e = mapped(requested.clone(), false).unwrap_err();
         assert_eq!(e, crate::event_types::refusal("checkpoint.requested"));
         let passing = Some("checkpoint.requested");
-        let d = normalize(requested, "s", "src", &Json::Null, false, passing).unwrap();
+        let d = normalize(requested, "s", "src", AttachRaw::No, passing).unwrap();
         assert_eq!(d.event["type"], json!("checkpoint.requested"));
         let other = json!({"type": "checkpoint.approved"});
-        assert!(normalize(other, "s", "src", &Json::Null, false, passing).is_err());
+        assert!(normalize(other, "s", "src", AttachRaw::No, passing).is_err());
     }
 
     #[test]
@@ -248,7 +284,7 @@ mod tests {
             true,
         )
         .unwrap();
-        let e = to_new_event(&d.event).unwrap();
+        let e = to_new_event(&d.event, None).unwrap();
         assert_eq!(
             (
                 e.event_type.as_str(),
@@ -273,8 +309,59 @@ mod tests {
             deep = json!([deep]);
         }
         let event = object_of(json!({"type": "x", "payload": deep}));
-        let e = to_new_event(&event).unwrap_err();
+        let e = to_new_event(&event, None).unwrap_err();
         assert!(e.starts_with("payload nests"), "{e}");
+    }
+
+    #[test]
+    fn the_raw_event_is_stored_as_sent_when_readers_can_read_it_so() {
+        let text = |t: &str| RawValue::from_string(t.to_string()).unwrap();
+        let sent = r#"{"z": 1, "a":  "é", "n": 1.50}"#;
+        let kept = verbatim(text(sent), false).unwrap();
+        let d = normalize(
+            json!({"type": "x", "payload": {"p": 1}}),
+            "s",
+            "src",
+            AttachRaw::Verbatim(&kept),
+            None,
+        )
+        .unwrap();
+        assert!(!d.event.contains_key("raw"));
+        // Key order, spacing and number form as the agent sent them.
+        let e = to_new_event(&d.event, d.verbatim_raw.as_deref()).unwrap();
+        assert_eq!(e.raw.unwrap().get(), sent);
+        // A mapping's own `raw` wins, as it does over the parsed tree.
+        let d = normalize(
+            json!({"type": "x", "raw": {"own": 1}}),
+            "s",
+            "src",
+            AttachRaw::Verbatim(&kept),
+            None,
+        )
+        .unwrap();
+        assert!(d.verbatim_raw.is_none());
+        let e = to_new_event(&d.event, d.verbatim_raw.as_deref()).unwrap();
+        assert_eq!(e.raw.unwrap().get(), r#"{"own":1}"#);
+        // Text a reader could not parse as sent, or that would break the line, is not kept.
+        assert!(verbatim(text(r#"{"s": "\ud800"}"#), true).is_none());
+        assert!(verbatim(text("{\n\"a\": 1}"), false).is_none());
+        assert!(verbatim(text("{\r\"a\": 1}"), false).is_none());
+    }
+
+    #[test]
+    fn a_filter_gets_the_raw_event_in_the_tree() {
+        let kept = verbatim(RawValue::from_string(r#"{"a":1}"#.into()).unwrap(), false).unwrap();
+        let mut d = normalize(
+            json!({"type": "x"}),
+            "s",
+            "src",
+            AttachRaw::Verbatim(&kept),
+            None,
+        )
+        .unwrap();
+        d.raw_in_tree(&json!({"a": 1}));
+        assert!(d.verbatim_raw.is_none());
+        assert_eq!(d.event["raw"], json!({"a": 1}));
     }
 
     fn object_of(v: Json) -> Map<String, Json> {

@@ -149,6 +149,7 @@ pub(super) fn verdict(
         };
         Draft {
             session_id: draft.session_id.clone(),
+            verbatim_raw: None,
             event: object(json!({
                 "type": kind,
                 "actor": "dstream",
@@ -238,10 +239,7 @@ pub(super) fn verdict(
             let mut map = object(serde_json::to_value(&event).unwrap_or(Json::Null));
             map.insert("id".into(), json!(event_id));
             decision.checkpoint = Some(info);
-            let follow = Draft {
-                session_id: draft.session_id.clone(),
-                event: map,
-            };
+            let follow = Draft::new(draft.session_id.clone(), map);
             (Some(decision), Some(follow))
         }
         Err(e) => {
