@@ -7,6 +7,7 @@
 //! A plugin that fails `max_consecutive_errors` calls in a row, or does not return by its
 //! deadline, is disabled until the next reload, and says why.
 
+mod agent_sdk_map;
 pub mod builtin;
 mod claude_code_map;
 mod contract;
@@ -20,6 +21,7 @@ mod lua_patterns;
 mod luajson;
 pub mod native;
 mod native_builtin;
+mod opencode_map;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -73,7 +75,7 @@ impl PluginSet {
                 .iter()
                 .find(|n| file.origin == "builtin" && n.file == file.file)
             {
-                Some(native) => loading.add(*native),
+                Some(native) => loading.add(native.with_config(file.config)),
                 None => loading.add(file),
             }
         }

@@ -1,14 +1,9 @@
 //! The Claude Code mapping written in Rust ([`crate::plugins::claude_code_map`]) held to its
 //! reference, `plugins/claude-code.lua`, run in a Lua state as the built-in was.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use serde_json::{Value as Json, json};
 
-use super::state::Host;
-use crate::plugins::builtin;
-use crate::plugins::contract::{Hooks, Input, Limits};
+use super::twin::{lua_builtin, lua_map};
 
 /// Every captured payload, the malformed cases of the mapping tests, and variants that
 /// reach each branch and each odd value (null, wrong types, subagents, ids that are not
@@ -154,31 +149,15 @@ fn claude_code_cases() -> Vec<Json> {
 
 #[test]
 fn maps_every_case_exactly_as_the_lua_file_does() {
-    let text = builtin::FILES
-        .iter()
-        .find(|(f, _)| *f == "claude-code.lua")
-        .unwrap()
-        .1;
-    let limits = Limits {
-        call_timeout: Duration::from_secs(5),
-        instructions: 100_000_000,
-        memory_bytes: 64 << 20,
-        output_bytes: 16 << 20,
-    };
-    let lua = Host::load("@claude-code.lua", text, &json!({}), limits).unwrap();
+    let lua = lua_builtin("claude-code.lua", &json!({}));
     let cases = claude_code_cases();
     assert!(cases.len() > 300, "{}", cases.len());
     for raw in cases {
-        let input = Input::Map {
-            raw: Arc::new(raw.clone()),
-            source: "claude-code".into(),
-            session_id: None,
-        };
-        let by_lua = lua.run(Hooks::MAP, input);
+        let by_lua = lua_map(&lua, &raw, "claude-code");
         let by_rust = crate::plugins::claude_code_map::map(&raw, "claude-code");
         match (by_lua, by_rust) {
             (Ok(l), Ok(r)) => assert_eq!(l, r, "{raw}"),
-            (Err(l), Err(r)) => assert!(l.to_string().ends_with(&r), "{l} / {r}"),
+            (Err(l), Err(r)) => assert!(l.ends_with(&r), "{l} / {r}"),
             (l, r) => panic!("{raw}: Lua {l:?}, Rust {r:?}"),
         }
     }

@@ -26,6 +26,8 @@
 //! allowance), [`state`] (building a plugin's state), [`meta`] (reading its declaration),
 //! [`call`] (calling its functions); this file starts its thread and shares its state.
 
+#[cfg(test)]
+mod agent_sdk_twin;
 mod budget;
 mod call;
 #[cfg(test)]
@@ -33,11 +35,15 @@ mod claude_code_twin;
 mod error;
 mod host_table;
 mod meta;
+#[cfg(test)]
+mod opencode_twin;
 mod output;
 mod sandbox;
 mod state;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod twin;
 
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, TryLockError};
