@@ -192,7 +192,7 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
         startup_ms = started.elapsed().as_millis() as u64,
         "dstream daemon ready"
     );
-    tokio::spawn(release_startup_pages(search.clone()));
+    tokio::spawn(release_unused_pages(search.clone(), store.clone()));
     let state = Arc::new(DaemonState {
         memory: MemoryBudget::new(config.daemon.max_client_memory_bytes),
         slots: crate::slots::Slots::new(connection_limit(&config)),
@@ -224,12 +224,32 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
 
 /// Once start-up has settled (the search index opened and caught up, the last thing the
 /// daemon starts on a thread of its own), the code pages only start-up ran leave the resident
-/// set. A catch-up over a large history is not waited for past `SETTLE_LIMIT`.
-async fn release_startup_pages(search: Arc<crate::search::Search>) {
+/// set; a catch-up over a large history is not waited for past `SETTLE_LIMIT`. Then again
+/// each time the daemon has taken no append for `IDLE_SPELL` after some: a burst of work
+/// (an agent's session, an import) leaves the code and heap it touched resident, and a
+/// daemon kept running all day spends most of it waiting.
+async fn release_unused_pages(search: Arc<crate::search::Search>, store: Store) {
     const SETTLE_LIMIT: Duration = Duration::from_secs(10);
+    const IDLE_SPELL: Duration = Duration::from_secs(30);
+    let release = |why: &'static str| async move {
+        if let Ok(bytes) = tokio::task::spawn_blocking(crate::util::unused_pages::release).await {
+            tracing::debug!(bytes, why, "unused code pages released");
+        }
+    };
     let _ = tokio::time::timeout(SETTLE_LIMIT, search.first_pass()).await;
-    if let Ok(bytes) = tokio::task::spawn_blocking(crate::util::startup_pages::release).await {
-        tracing::debug!(bytes, "start-up code pages released");
+    release("start-up done").await;
+    let appends = || {
+        store
+            .stats()
+            .appends
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let mut spells = crate::util::unused_pages::IdleSpells::new(appends());
+    loop {
+        tokio::time::sleep(IDLE_SPELL).await;
+        if spells.release_now(appends()) {
+            release("idle").await;
+        }
     }
 }
 

@@ -4,6 +4,6 @@
 pub mod backoff;
 pub mod duration;
 pub mod glob;
-pub mod startup_pages;
 pub mod time;
+pub mod unused_pages;
 pub mod user;

@@ -1,11 +1,13 @@
-//! Gives back the code pages that only start-up touched.
+//! Gives back the code pages the daemon is not using: those only start-up touched, and those
+//! a burst of work touched, once it is idle again.
 //!
 //! Starting the daemon runs code it will not run again (configuration, plugin loading, the
 //! store's recovery, the HTTP listener's set-up), and the kernel maps code in 64 KiB runs
 //! around each page touched: a fresh daemon held most of its 15 MB of machine code resident
-//! while idle. Once it is ready, the read-only file mappings that hold nothing but pages of
-//! their file are dropped from its page tables; what runs afterwards maps back in
-//! from the page cache on first use, so the resident set is what the daemon actually uses.
+//! while idle, and one that had served a load kept what the load touched. The read-only file
+//! mappings that hold nothing but pages of their file are dropped from its page tables; what
+//! runs afterwards maps back in from the page cache on first use, so the resident set is what
+//! the daemon actually uses.
 //!
 //! Only a mapping that is not writable and has no anonymous (copied-on-write) pages is
 //! touched: its contents are exactly the page cache's, so dropping them changes no byte the
@@ -42,13 +44,39 @@ pub fn release() -> u64 {
         }
     }
     // Freed heap memory goes back too: start-up's buffers (configuration, plugin sources,
-    // recovery) are garbage by now.
+    // recovery), or those of the burst of work just over, are garbage by now.
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim takes no pointers and only releases free memory.
     unsafe {
         libc::malloc_trim(0);
     }
     released
+}
+
+/// When to release again: after a spell without appends that follows some appends (once per
+/// spell, and never for a daemon that stayed idle since the last release).
+pub struct IdleSpells {
+    seen: u64,
+    released: bool,
+}
+
+impl IdleSpells {
+    /// Just released, with `appends` taken so far.
+    pub fn new(appends: u64) -> IdleSpells {
+        IdleSpells {
+            seen: appends,
+            released: true,
+        }
+    }
+
+    /// Called once a spell with the appends taken so far: whether to release now.
+    pub fn release_now(&mut self, appends: u64) -> bool {
+        if appends != self.seen {
+            (self.seen, self.released) = (appends, false);
+            return false;
+        }
+        !std::mem::replace(&mut self.released, true)
+    }
 }
 
 /// The mappings that qualify, each with its resident bytes, read from smaps text.
@@ -110,6 +138,22 @@ fn header(line: &str) -> Option<Option<CleanFileMapping>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pages_go_back_once_after_each_spell_without_appends_that_follows_work() {
+        let mut spells = IdleSpells::new(10);
+        // Idle since start-up: released already.
+        assert!(!spells.release_now(10));
+        // Work during a spell: not now; the next quiet spell releases, once.
+        assert!(!spells.release_now(500));
+        assert!(spells.release_now(500));
+        assert!(!spells.release_now(500));
+        assert!(!spells.release_now(500));
+        // Work that goes on spell after spell never is.
+        assert!(!spells.release_now(600));
+        assert!(!spells.release_now(700));
+        assert!(spells.release_now(700));
+    }
 
     const SMAPS: &str = "\
 5597304a8000-559731309000 r-xp 004a6000 fe:00 10519213                   /usr/bin/dstream
