@@ -225,9 +225,9 @@ pub async fn start(config: Config) -> Result<Started, StartError> {
 /// Once start-up has settled (the search index opened and caught up, the last thing the
 /// daemon starts on a thread of its own), the code pages only start-up ran leave the resident
 /// set; a catch-up over a large history is not waited for past `SETTLE_LIMIT`. Then again
-/// each time the daemon has taken no append for `IDLE_SPELL` after some: a burst of work
-/// (an agent's session, an import) leaves the code and heap it touched resident, and a
-/// daemon kept running all day spends most of it waiting.
+/// each time the daemon has taken no append, and its search index indexed nothing, for
+/// `IDLE_SPELL` after some work: a burst of it (an agent's session, an import) leaves the code
+/// and heap it touched resident, and a daemon kept running all day spends most of it waiting.
 async fn release_unused_pages(search: Arc<crate::search::Search>, store: Store) {
     const SETTLE_LIMIT: Duration = Duration::from_secs(10);
     const IDLE_SPELL: Duration = Duration::from_secs(30);
@@ -238,16 +238,18 @@ async fn release_unused_pages(search: Arc<crate::search::Search>, store: Store) 
     };
     let _ = tokio::time::timeout(SETTLE_LIMIT, search.first_pass()).await;
     release("start-up done").await;
-    let appends = || {
-        store
+    // The index catching up after a burst it let pass is work too.
+    let work = || {
+        let appends = store
             .stats()
             .appends
-            .load(std::sync::atomic::Ordering::Relaxed)
+            .load(std::sync::atomic::Ordering::Relaxed);
+        appends + search.indexed_events()
     };
-    let mut spells = crate::util::unused_pages::IdleSpells::new(appends());
+    let mut spells = crate::util::unused_pages::IdleSpells::new(work());
     loop {
         tokio::time::sleep(IDLE_SPELL).await;
-        if spells.release_now(appends()) {
+        if spells.release_now(work()) {
             release("idle").await;
         }
     }

@@ -159,6 +159,11 @@ impl Search {
             .sum()
     }
 
+    /// Events indexed since the daemon started.
+    pub fn indexed_events(&self) -> u64 {
+        self.shared.indexed_events.load(Ordering::Relaxed)
+    }
+
     pub fn stats(&self) -> SearchStats {
         SearchStats {
             enabled: self.enabled(),

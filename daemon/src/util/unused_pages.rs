@@ -53,26 +53,27 @@ pub fn release() -> u64 {
     released
 }
 
-/// When to release again: after a spell without appends that follows some appends (once per
-/// spell, and never for a daemon that stayed idle since the last release).
+/// When to release again: after a spell without work that follows some work (once per spell,
+/// and never for a daemon that stayed idle since the last release). Work is counted as a
+/// running total (appends, events indexed).
 pub struct IdleSpells {
     seen: u64,
     released: bool,
 }
 
 impl IdleSpells {
-    /// Just released, with `appends` taken so far.
-    pub fn new(appends: u64) -> IdleSpells {
+    /// Just released, with the work done so far.
+    pub fn new(work: u64) -> IdleSpells {
         IdleSpells {
-            seen: appends,
+            seen: work,
             released: true,
         }
     }
 
-    /// Called once a spell with the appends taken so far: whether to release now.
-    pub fn release_now(&mut self, appends: u64) -> bool {
-        if appends != self.seen {
-            (self.seen, self.released) = (appends, false);
+    /// Called once a spell with the work done so far: whether to release now.
+    pub fn release_now(&mut self, work: u64) -> bool {
+        if work != self.seen {
+            (self.seen, self.released) = (work, false);
             return false;
         }
         !std::mem::replace(&mut self.released, true)
