@@ -122,19 +122,19 @@ pub(super) fn to_new_event(
     verbatim_raw: Option<&RawValue>,
 ) -> Result<NewEventRaw, String> {
     let text = |k: &str| event.get(k).and_then(Json::as_str).map(str::to_string);
+    let shallow = |k: &str, raw: Box<RawValue>| {
+        let depth = nesting_depth(raw.get().as_bytes());
+        if depth > MAX_NESTING_DEPTH {
+            return Err(format!(
+                "{k} nests {depth} levels; the limit is {MAX_NESTING_DEPTH}"
+            ));
+        }
+        Ok(Some(raw))
+    };
     let json = |k: &str| -> Result<Option<Box<RawValue>>, String> {
         match event.get(k) {
             None | Some(Json::Null) => Ok(None),
-            Some(v) => {
-                let raw = to_raw_value(v).map_err(|e| e.to_string())?;
-                let depth = nesting_depth(raw.get().as_bytes());
-                if depth > MAX_NESTING_DEPTH {
-                    return Err(format!(
-                        "{k} nests {depth} levels; the limit is {MAX_NESTING_DEPTH}"
-                    ));
-                }
-                Ok(Some(raw))
-            }
+            Some(v) => shallow(k, to_raw_value(v).map_err(|e| e.to_string())?),
         }
     };
     let new = NewEventRaw {
@@ -146,7 +146,8 @@ pub(super) fn to_new_event(
         correlation_id: text("correlation_id"),
         metadata: json("metadata")?,
         raw: match verbatim_raw {
-            Some(text) if !event.contains_key("raw") => Some(text.to_owned()),
+            // Checked too: not every way in (OTLP records) checks the raw event's depth.
+            Some(text) if !event.contains_key("raw") => shallow("raw", text.to_owned())?,
             _ => json("raw")?,
         },
         ignored_lsn: None,
@@ -362,6 +363,26 @@ mod tests {
         d.raw_in_tree(&json!({"a": 1}));
         assert!(d.verbatim_raw.is_none());
         assert_eq!(d.event["raw"], json!({"a": 1}));
+    }
+
+    #[test]
+    fn a_raw_event_kept_as_sent_is_held_to_the_same_depth() {
+        let deep = format!(
+            "{}1{}",
+            "[".repeat(MAX_NESTING_DEPTH + 1),
+            "]".repeat(MAX_NESTING_DEPTH + 1)
+        );
+        let kept = verbatim(RawValue::from_string(deep).unwrap(), false).unwrap();
+        let d = normalize(
+            json!({"type": "x"}),
+            "s",
+            "src",
+            AttachRaw::Verbatim(&kept),
+            None,
+        )
+        .unwrap();
+        let e = to_new_event(&d.event, d.verbatim_raw.as_deref()).unwrap_err();
+        assert!(e.starts_with("raw nests"), "{e}");
     }
 
     fn object_of(v: Json) -> Map<String, Json> {
