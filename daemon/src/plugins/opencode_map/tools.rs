@@ -189,43 +189,31 @@ impl Session {
                     c.status = Some(Phase::Running);
                 }
             }
-            Some("completed") => {
+            Some(state @ ("completed" | "error")) => {
                 note_child(c.as_deref_mut(), input, md);
-                let exit = md.get("exit");
-                let fields = Payload::default()
-                    .with("ok", exit_ok(exit))
-                    .with("exit", exit)
-                    .with("output", st.get("output"))
-                    .with("title", st.get("title"))
-                    .with("truncated", md.get("truncated"))
-                    .with("duration_ms", duration(st.table("time"))?)
-                    .with(
-                        "child_session_id",
-                        c.as_ref().and_then(|c| c.child.as_deref()),
-                    )
-                    .with("message_id", mid)
-                    .with("part_id", pid);
-                let phase = Phase::Completed;
-                finished(
-                    out,
-                    Some(sid),
-                    session_turn,
-                    c,
-                    call_id,
-                    tool,
-                    phase,
-                    fields,
-                );
-            }
-            Some("error") => {
-                note_child(c.as_deref_mut(), input, md);
-                let fields = Payload::default()
-                    .with("ok", false)
-                    .with("error", st.get("error"))
-                    .with("duration_ms", duration(st.table("time"))?)
-                    .with("message_id", mid)
-                    .with("part_id", pid);
-                let phase = Phase::Failed;
+                let (phase, fields) = if state == "completed" {
+                    let exit = md.get("exit");
+                    let child = c.as_ref().and_then(|c| c.child.as_deref());
+                    let fields = Payload::default()
+                        .with("ok", exit_ok(exit))
+                        .with("exit", exit)
+                        .with("output", st.get("output"))
+                        .with("title", st.get("title"))
+                        .with("truncated", md.get("truncated"))
+                        .with("duration_ms", duration(st.table("time"))?)
+                        .with("child_session_id", child)
+                        .with("message_id", mid)
+                        .with("part_id", pid);
+                    (Phase::Completed, fields)
+                } else {
+                    let fields = Payload::default()
+                        .with("ok", false)
+                        .with("error", st.get("error"))
+                        .with("duration_ms", duration(st.table("time"))?)
+                        .with("message_id", mid)
+                        .with("part_id", pid);
+                    (Phase::Failed, fields)
+                };
                 finished(
                     out,
                     Some(sid),

@@ -133,16 +133,9 @@ impl Field for Json {
     }
 }
 
-impl Field for Option<Json> {
+impl Field for &Json {
     fn into_field(self) -> Option<Json> {
-        self
-    }
-}
-
-/// A value taken from the input.
-impl Field for Option<&Json> {
-    fn into_field(self) -> Option<Json> {
-        self.map(copy)
+        Some(copy(self))
     }
 }
 
@@ -152,21 +145,9 @@ impl Field for &str {
     }
 }
 
-impl Field for Option<&str> {
-    fn into_field(self) -> Option<Json> {
-        self.map(|s| Json::String(s.to_owned()))
-    }
-}
-
 impl Field for String {
     fn into_field(self) -> Option<Json> {
         Some(Json::String(self))
-    }
-}
-
-impl Field for Option<String> {
-    fn into_field(self) -> Option<Json> {
-        self.map(Json::String)
     }
 }
 
@@ -176,15 +157,16 @@ impl Field for bool {
     }
 }
 
-impl Field for Option<bool> {
-    fn into_field(self) -> Option<Json> {
-        self.map(Json::Bool)
-    }
-}
-
 impl Field for usize {
     fn into_field(self) -> Option<Json> {
         Some(Json::from(self))
+    }
+}
+
+/// A nil field (`None`) is left out, as Lua leaves out a nil in a table constructor.
+impl<T: Field> Field for Option<T> {
+    fn into_field(self) -> Option<Json> {
+        self.and_then(Field::into_field)
     }
 }
 
