@@ -119,16 +119,15 @@ pub(super) fn rescued_request(
     if let Some(id) = req.tool_use_id {
         payload["tool_use_id"] = json!(id);
     }
-    Draft {
-        session_id: req.session_id.unwrap_or_else(|| fallback.to_string()),
-        verbatim_raw: None,
-        event: object(json!({
+    Draft::new(
+        req.session_id.unwrap_or_else(|| fallback.to_string()),
+        object(json!({
             "type": "execution.tool_use",
             "actor": source,
             "payload": payload,
             "metadata": {"source": source},
         })),
-    }
+    )
 }
 
 pub(super) fn unmapped(source: &str, session: &str, raw: &Json, error: Option<&str>) -> Draft {
@@ -144,11 +143,7 @@ pub(super) fn unmapped(source: &str, session: &str, raw: &Json, error: Option<&s
         "metadata": {"source": source},
         "raw": raw,
     }));
-    Draft {
-        session_id: session.to_string(),
-        verbatim_raw: None,
-        event,
-    }
+    Draft::new(session.to_string(), event)
 }
 
 pub(super) fn plugin_error(
@@ -162,16 +157,15 @@ pub(super) fn plugin_error(
     if let Some(reason) = failure.and_then(|f| f.disabled_now.as_ref()) {
         payload["disabled"] = json!(reason);
     }
-    Draft {
-        session_id: session.to_string(),
-        verbatim_raw: None,
-        event: object(json!({
+    Draft::new(
+        session.to_string(),
+        object(json!({
             "type": "plugin.error",
             "actor": "dstream",
             "payload": payload,
             "metadata": {"plugin": plugin.name()},
         })),
-    }
+    )
 }
 
 #[cfg(test)]

@@ -79,11 +79,7 @@ pub(super) fn process(
                         failure.as_ref(),
                         &draft.session_id,
                     ));
-                    next.push(Draft {
-                        verbatim_raw: None,
-                        session_id: draft.session_id,
-                        event,
-                    });
+                    next.push(Draft::new(draft.session_id, event));
                 }
             }
         }

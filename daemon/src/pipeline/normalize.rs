@@ -314,32 +314,23 @@ mod tests {
         assert!(e.starts_with("payload nests"), "{e}");
     }
 
+    /// As a mapping emits it, with the raw event kept as the text `kept`.
+    fn with_text(emitted: Json, kept: &Arc<RawValue>) -> Draft {
+        normalize(emitted, "s", "src", AttachRaw::Verbatim(kept), None).unwrap()
+    }
+
     #[test]
     fn the_raw_event_is_stored_as_sent_when_readers_can_read_it_so() {
         let text = |t: &str| RawValue::from_string(t.to_string()).unwrap();
         let sent = r#"{"z": 1, "a":  "é", "n": 1.50}"#;
         let kept = verbatim(text(sent), false).unwrap();
-        let d = normalize(
-            json!({"type": "x", "payload": {"p": 1}}),
-            "s",
-            "src",
-            AttachRaw::Verbatim(&kept),
-            None,
-        )
-        .unwrap();
+        let d = with_text(json!({"type": "x", "payload": {"p": 1}}), &kept);
         assert!(!d.event.contains_key("raw"));
         // Key order, spacing and number form as the agent sent them.
         let e = to_new_event(&d.event, d.verbatim_raw.as_deref()).unwrap();
         assert_eq!(e.raw.unwrap().get(), sent);
         // A mapping's own `raw` wins, as it does over the parsed tree.
-        let d = normalize(
-            json!({"type": "x", "raw": {"own": 1}}),
-            "s",
-            "src",
-            AttachRaw::Verbatim(&kept),
-            None,
-        )
-        .unwrap();
+        let d = with_text(json!({"type": "x", "raw": {"own": 1}}), &kept);
         assert!(d.verbatim_raw.is_none());
         let e = to_new_event(&d.event, d.verbatim_raw.as_deref()).unwrap();
         assert_eq!(e.raw.unwrap().get(), r#"{"own":1}"#);
@@ -352,14 +343,7 @@ mod tests {
     #[test]
     fn a_filter_gets_the_raw_event_in_the_tree() {
         let kept = verbatim(RawValue::from_string(r#"{"a":1}"#.into()).unwrap(), false).unwrap();
-        let mut d = normalize(
-            json!({"type": "x"}),
-            "s",
-            "src",
-            AttachRaw::Verbatim(&kept),
-            None,
-        )
-        .unwrap();
+        let mut d = with_text(json!({"type": "x"}), &kept);
         d.raw_in_tree(&json!({"a": 1}));
         assert!(d.verbatim_raw.is_none());
         assert_eq!(d.event["raw"], json!({"a": 1}));
@@ -373,14 +357,7 @@ mod tests {
             "]".repeat(MAX_NESTING_DEPTH + 1)
         );
         let kept = verbatim(RawValue::from_string(deep).unwrap(), false).unwrap();
-        let d = normalize(
-            json!({"type": "x"}),
-            "s",
-            "src",
-            AttachRaw::Verbatim(&kept),
-            None,
-        )
-        .unwrap();
+        let d = with_text(json!({"type": "x"}), &kept);
         let e = to_new_event(&d.event, d.verbatim_raw.as_deref()).unwrap_err();
         assert!(e.starts_with("raw nests"), "{e}");
     }

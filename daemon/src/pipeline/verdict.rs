@@ -147,17 +147,16 @@ pub(super) fn verdict(
         } else {
             "checkpoint.approved"
         };
-        Draft {
-            session_id: draft.session_id.clone(),
-            verbatim_raw: None,
-            event: object(json!({
+        Draft::new(
+            draft.session_id.clone(),
+            object(json!({
                 "type": kind,
                 "actor": "dstream",
                 "causation_id": cause,
                 "payload": p,
                 "metadata": {"source": source},
             })),
-        }
+        )
     };
     if decision.action != Action::Ask {
         let event = auto(&decision, None);
