@@ -2,9 +2,9 @@
 
 use serde_json::Value as Json;
 
+use super::call::{Cx, Extra, Out};
 use super::state::{Kind, Msg, Session};
 use super::value::{Payload, Table, or};
-use super::{Cx, Extra, Out};
 
 /// Parts kept as they are: the event type, and the fields of the part its payload carries.
 const SIMPLE_PARTS: &[(&str, &str, &[&str])] = &[

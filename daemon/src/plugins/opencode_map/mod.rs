@@ -7,33 +7,25 @@
 //!
 //! The parts: [`value`] (reading the input as Lua does, building payloads), [`state`] (what
 //! is remembered between calls, bounded as in Lua), [`text`] (text and reasoning parts),
-//! [`tools`] (tool calls and permissions), [`bus`] (the other bus events); this file takes a
-//! call apart and builds the events.
+//! [`tools`] (tool calls and permissions), [`bus`] (the other bus events), [`call`] (one
+//! call's state and the events it makes); this file takes a call apart.
 //!
 //! Limits of the Lua host that are not the mapping's are not reproduced: its memory and
 //! output allowances, and its 128 levels of table nesting in what it emits.
 
 mod bus;
+mod call;
 mod state;
 mod text;
 mod tools;
 mod value;
 
-use serde_json::{Map, Value as Json};
+use serde_json::Value as Json;
 
 use super::native_builtin::Mapping;
+use call::{Config, Cx, Out};
 use state::{Lineage, Sessions};
-use value::{Payload, Table};
-
-const ACTOR: &str = "opencode";
-/// Sessions remembered per generation (two generations are kept).
-const MAX_SESSIONS: usize = 1024;
-/// Lineage entries remembered per generation.
-const MAX_ROOTS: usize = 8192;
-/// Tool calls remembered per session between two idles.
-const MAX_CALLS: usize = 1024;
-// The Lua file's MAX_BUF (deltas buffered before they are joined) has no counterpart: each
-// delta is appended to the part's text as it comes.
+use value::Table;
 
 /// The mapping for `[plugins.lua.opencode]` (null, or an object).
 pub(super) fn new(config: &Json) -> Box<dyn Mapping> {
@@ -46,13 +38,6 @@ pub(super) fn new(config: &Json) -> Box<dyn Mapping> {
         lineage: Lineage::default(),
         sessions: Sessions::default(),
     })
-}
-
-/// What `[plugins.lua.opencode]` switches; each only off by an explicit `false`.
-#[derive(Clone, Copy)]
-struct Config {
-    coalesce_text: bool,
-    coalesce_tools: bool,
 }
 
 struct OpenCode {
@@ -78,123 +63,6 @@ impl Mapping for OpenCode {
         cx.map(raw)?;
         Ok(cx.out.events)
     }
-}
-
-/// One map call: the state it changes and the events it makes.
-struct Cx<'m, 'r> {
-    config: Config,
-    sessions: &'m mut Sessions,
-    out: Out<'m, 'r>,
-}
-
-/// The events of one call, and what each carries in its metadata.
-struct Out<'m, 'r> {
-    lineage: &'m mut Lineage,
-    hook: Option<&'r str>,
-    event_id: Option<&'r str>,
-    events: Vec<Json>,
-}
-
-/// What an event sets beyond its session's defaults (the Lua file's `o`).
-#[derive(Default)]
-struct Extra {
-    id: Option<String>,
-    causation_id: Option<String>,
-    /// Else the session's turn.
-    correlation_id: Option<String>,
-    /// Else "opencode".
-    actor: Option<&'static str>,
-    raw: Option<Json>,
-    flushed_by: Option<&'static str>,
-}
-
-impl Extra {
-    fn turn(turn: Option<String>) -> Extra {
-        Extra {
-            correlation_id: turn,
-            ..Extra::default()
-        }
-    }
-
-    fn caused(id: Option<String>, causation_id: Option<String>) -> Extra {
-        Extra {
-            id,
-            causation_id,
-            ..Extra::default()
-        }
-    }
-}
-
-impl Out<'_, '_> {
-    /// One event (the Lua file's `out`): of session `sid` (none: the pipeline's fallback),
-    /// whose turn `turn` is the default correlation.
-    fn emit(
-        &mut self,
-        sid: Option<&str>,
-        turn: Option<&str>,
-        event_type: &str,
-        payload: Payload,
-        x: Extra,
-    ) {
-        let mut meta = Map::new();
-        if let Some(hook) = self.hook {
-            meta.insert("hook".into(), hook.into());
-        }
-        if let Some(id) = self.event_id {
-            meta.insert("event_id".into(), id.into());
-        }
-        if let Some(why) = x.flushed_by {
-            meta.insert("flushed_by".into(), why.into());
-        }
-        let mut e = Map::new();
-        e.insert("type".into(), event_type.into());
-        e.insert("payload".into(), payload.into_json());
-        e.insert("actor".into(), x.actor.unwrap_or(ACTOR).into());
-        e.insert("metadata".into(), Json::Object(meta));
-        let mut correlation = x.correlation_id;
-        if let Some(sid) = sid {
-            e.insert("session_id".into(), sid.into());
-            if let Some(root) = self.lineage.root_of(sid) {
-                e.insert("stream_id".into(), root.into());
-            }
-            if correlation.is_none() {
-                correlation = turn.map(str::to_owned);
-            }
-        }
-        if let Some(c) = correlation {
-            e.insert("correlation_id".into(), c.into());
-        }
-        if let Some(id) = x.id {
-            e.insert("id".into(), id.into());
-        }
-        if let Some(c) = x.causation_id {
-            e.insert("causation_id".into(), c.into());
-        }
-        if let Some(raw) = x.raw {
-            e.insert("raw".into(), raw);
-        }
-        self.events.push(Json::Object(e));
-    }
-
-    /// An event kept as `unmapped`, with why.
-    fn unmapped(
-        &mut self,
-        sid: Option<&str>,
-        turn: Option<&str>,
-        event_type: Option<&str>,
-        hint: impl value::Field,
-    ) {
-        let payload = Payload::default()
-            .with("source", "opencode")
-            .with("event_type", event_type)
-            .with("hint", hint);
-        self.emit(sid, turn, "unmapped", payload, Extra::default());
-    }
-}
-
-/// A fresh event id, as `host.ulid()` makes them.
-fn ulid() -> String {
-    ulid::Ulid::new().to_string()
 }
 
 /// Families of OpenCode events about the server, the UI or the project rather than a

@@ -7,7 +7,14 @@ use std::collections::HashMap;
 
 use serde_json::Value as Json;
 
-use super::{MAX_CALLS, MAX_ROOTS, MAX_SESSIONS};
+/// Sessions remembered per generation (two generations are kept).
+const MAX_SESSIONS: usize = 1024;
+/// Lineage entries remembered per generation.
+const MAX_ROOTS: usize = 8192;
+/// Tool calls remembered per session between two idles.
+const MAX_CALLS: usize = 1024;
+// The Lua file's MAX_BUF (deltas buffered before they are joined) has no counterpart: each
+// delta is appended to the part's text as it comes.
 
 /// Child session -> the root of its lineage (its stream).
 #[derive(Default)]

@@ -5,9 +5,9 @@
 
 use serde_json::Value as Json;
 
+use super::call::{Config, Extra, Out};
 use super::state::{Kind, OpenPart, Session};
 use super::value::{Payload, Table, copy, is_table};
-use super::{Config, Extra, Out};
 
 impl Session {
     /// The role and turn of the message `mid`. Of an unknown message (its message.updated

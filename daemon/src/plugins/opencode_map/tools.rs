@@ -4,9 +4,9 @@
 
 use serde_json::Value as Json;
 
+use super::call::{Config, Cx, Extra, Out, ulid};
 use super::state::{Perm, Phase, Session, ToolCall};
 use super::value::{Payload, Table, duration, or};
-use super::{Config, Cx, Extra, Out, ulid};
 
 /// Whether a tool's exit code says it went well (none, or not a number, does).
 fn exit_ok(exit: Option<&Json>) -> bool {
