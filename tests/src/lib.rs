@@ -989,6 +989,22 @@ impl Drop for Watched {
     }
 }
 
+/// Copies the executable `from` to `to` (mode 0755) with `cp`, in a child process. A copy
+/// written by this process cannot be run until every child that another test thread forked
+/// meanwhile has exec'd: such a child holds the copy's write descriptor, and running the copy
+/// then fails with "Text file busy" (ETXTBSY). Once `cp` has exited, no process holds one.
+pub fn copy_executable(from: &Path, to: &Path) {
+    let status = Command::new("cp")
+        .arg("--")
+        .arg(from)
+        .arg(to)
+        .status()
+        .expect("run cp");
+    assert!(status.success(), "cp {} {}", from.display(), to.display());
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(to, fs::Permissions::from_mode(0o755)).unwrap();
+}
+
 /// Where skipped tests are recorded: `<target>/dstream-tests-skipped.txt`, next to the
 /// profile directories (`<target>/<profile>/deps/<test binary>` is the running test).
 pub fn skip_log() -> PathBuf {

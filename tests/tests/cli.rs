@@ -407,8 +407,7 @@ fn a_socket_this_user_may_not_open_is_reported_as_permission_denied() {
         } else {
             set_mode(copy_dir.path(), 0o755);
             let bin = copy_dir.path().join("dstream");
-            std::fs::copy(daemon_bin(), &bin).unwrap();
-            set_mode(&bin, 0o755);
+            dstream_tests::copy_executable(&daemon_bin(), &bin);
             assert!(others_can_execute(&bin), "{}", bin.display());
             bin
         };

@@ -250,13 +250,7 @@ fn a_lean_hook_without_its_dstream_beside_it_fails() {
     // dstream-hook alone: it answers, but could not start a daemon.
     let alone = m.daemon.dir().join("alone/dstream-hook");
     std::fs::create_dir_all(alone.parent().unwrap()).unwrap();
-    std::fs::copy(hook_bin(), &alone).unwrap();
-    // A copy can be briefly "busy" (a child forked meanwhile by another test thread holds its
-    // write descriptor until it execs): wait until it runs, so doctor's run of it does too.
-    while let Err(e) = Command::new(&alone).arg("--version").output() {
-        assert_eq!(e.kind(), std::io::ErrorKind::ExecutableFileBusy, "{e}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    dstream_tests::copy_executable(&hook_bin(), &alone);
     let text = std::fs::read_to_string(m.settings()).unwrap();
     let exe = hook_bin().display().to_string();
     std::fs::write(m.settings(), text.replace(&exe, alone.to_str().unwrap())).unwrap();

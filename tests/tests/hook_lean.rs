@@ -7,13 +7,12 @@
 
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dstream_tests::serde_json::{self, Value, json};
-use dstream_tests::{daemon_bin, hook_bin, wait_child};
+use dstream_tests::{copy_executable, daemon_bin, hook_bin, wait_child};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -24,39 +23,21 @@ fn temp_dir() -> tempfile::TempDir {
         .unwrap()
 }
 
-/// Copies the binary `from` to `to`, executable.
-fn copy_bin(from: &Path, to: &Path) {
-    fs::copy(from, to).unwrap();
-    fs::set_permissions(to, fs::Permissions::from_mode(0o755)).unwrap();
-}
-
-/// `cmd` run to its end; a copied binary can be briefly "busy" (a child forked meanwhile by
-/// another test thread holds the copy's write descriptor until it execs), so that is retried.
+/// `cmd` run to its end.
 fn run(cmd: &mut Command) -> Output {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
-        match cmd.spawn() {
-            Err(e)
-                if e.kind() == std::io::ErrorKind::ExecutableFileBusy
-                    && Instant::now() < deadline =>
-            {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            Err(e) => panic!("spawning {cmd:?}: {e}"),
-            Ok(mut child) => {
-                let Some(status) = wait_child(&mut child, TIMEOUT) else {
-                    let _ = child.kill();
-                    panic!("{cmd:?} hung");
-                };
-                let mut out = child.wait_with_output().unwrap();
-                out.status = status;
-                return out;
-            }
-        }
-    }
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawning {cmd:?}: {e}"));
+    let Some(status) = wait_child(&mut child, TIMEOUT) else {
+        let _ = child.kill();
+        panic!("{cmd:?} hung");
+    };
+    let mut out = child.wait_with_output().unwrap();
+    out.status = status;
+    out
 }
 
 /// `<bin> <args>` with a temporary HOME and no dstream settings from the environment.
@@ -106,8 +87,8 @@ fn install_points_hooks_at_the_lean_binary_beside_dstream_and_uninstall_removes_
         .join("my tools 'v2'");
     fs::create_dir_all(&bin_dir).unwrap();
     let (full, lean) = (bin_dir.join("dstream"), bin_dir.join("dstream-hook"));
-    copy_bin(&daemon_bin(), &full);
-    copy_bin(&hook_bin(), &lean);
+    copy_executable(&daemon_bin(), &full);
+    copy_executable(&hook_bin(), &lean);
 
     let settings = project.path().join(".claude").join("settings.json");
     fs::create_dir_all(settings.parent().unwrap()).unwrap();
@@ -161,7 +142,7 @@ fn install_points_hooks_at_the_lean_binary_beside_dstream_and_uninstall_removes_
             quoted(&full)
         )]
     );
-    copy_bin(&hook_bin(), &lean);
+    copy_executable(&hook_bin(), &lean);
     dstream(&full, home.path(), &install);
     assert_eq!(commands(&settings, "PreToolUse"), [pre]);
 
@@ -227,19 +208,7 @@ fn lean_hook(bin: &Path, socket: &Path, data: &Path, event: &Value) -> Output {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let deadline = Instant::now() + TIMEOUT;
-    let mut child = loop {
-        match cmd.spawn() {
-            // A copied binary may be briefly busy (see `run`).
-            Err(e)
-                if e.kind() == std::io::ErrorKind::ExecutableFileBusy
-                    && Instant::now() < deadline =>
-            {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            spawned => break spawned.unwrap(),
-        }
-    };
+    let mut child = cmd.spawn().unwrap();
     child
         .stdin
         .take()
@@ -295,7 +264,7 @@ fn a_lean_hook_with_no_dstream_beside_it_spools() {
     let dir = temp_dir();
     let alone = dir.path().join("bin/dstream-hook");
     fs::create_dir_all(alone.parent().unwrap()).unwrap();
-    copy_bin(&hook_bin(), &alone);
+    copy_executable(&hook_bin(), &alone);
     let (socket, data) = (dir.path().join("run/dstream.sock"), dir.path().join("data"));
     let _guard = Autostarted(data.clone());
     let event = prompt("s-lean-alone");

@@ -340,8 +340,7 @@ fn the_hook_talks_only_to_a_daemon_of_its_own_user() {
     let dir = tempfile::tempdir().unwrap();
     fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o777)).unwrap();
     let bin = dir.path().join("dstream");
-    fs::copy(dstream_tests::daemon_bin(), &bin).unwrap();
-    fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
+    dstream_tests::copy_executable(&dstream_tests::daemon_bin(), &bin);
     let socket = dir.path().join("run").join("dstream.sock");
     let mut other = Command::new(&bin)
         .args(["daemon", "--socket"])

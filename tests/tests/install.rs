@@ -66,18 +66,7 @@ fn dstream_in(bin: &Path, home: &Path, args: &[&str], env: &[(&str, &str)]) -> O
     for (k, v) in env {
         cmd.env(k, v);
     }
-    // A copied binary can be briefly "busy": a child forked meanwhile by another test thread
-    // holds the copy's write descriptor until it execs.
-    let mut tries = 0;
-    let mut child = loop {
-        match cmd.spawn() {
-            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
-                tries += 1;
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
-            spawned => break spawned.unwrap(),
-        }
-    };
+    let mut child = cmd.spawn().unwrap();
     // A command that never exits is killed, so that it does not outlive the test.
     let Some(status) = wait_child(&mut child, std::time::Duration::from_secs(20)) else {
         let _ = child.kill();
@@ -438,7 +427,7 @@ fn a_moved_binary_is_repointed_and_the_installed_command_runs_under_sh() {
     let bin_dir = odd.path().join("my tools 'v2'");
     fs::create_dir_all(&bin_dir).unwrap();
     let copy = bin_dir.join("dstream");
-    fs::copy(daemon_bin(), &copy).unwrap();
+    dstream_tests::copy_executable(&daemon_bin(), &copy);
 
     let settings = project.path().join(".claude").join("settings.json");
     fs::create_dir_all(settings.parent().unwrap()).unwrap();
@@ -831,7 +820,7 @@ fn opencode_project_and_user_install() {
     // runs it to start a daemon; installing again from it changes nothing.
     let other = temp_dir();
     let copy = other.path().join("dstream");
-    fs::copy(daemon_bin(), &copy).unwrap();
+    dstream_tests::copy_executable(&daemon_bin(), &copy);
     let said = ok(&dstream_in(
         &copy,
         home.path(),

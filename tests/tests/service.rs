@@ -36,7 +36,7 @@ impl Home {
         fs::create_dir_all(&bin_dir).unwrap();
         let bin = bin_dir.join("dstream");
         if fs::hard_link(&real, &bin).is_err() {
-            fs::copy(&real, &bin).expect("copy dstream");
+            dstream_tests::copy_executable(&real, &bin);
         }
         for dir in ["home", "config", "run", "data"] {
             fs::create_dir_all(tmp.path().join(dir)).unwrap();
