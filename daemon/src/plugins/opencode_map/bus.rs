@@ -145,6 +145,14 @@ impl Session {
 }
 
 impl<'r> Cx<'_, 'r> {
+    /// An event of session `sid` in its current turn; the session is remembered from now on,
+    /// as the Lua file's `state(sid)` does.
+    fn in_turn(&mut self, sid: Option<&str>, event_type: &str, payload: Payload, x: Extra) {
+        let s = self.sessions.state_of(sid);
+        let turn = turn_of(&s);
+        self.out.emit(sid, turn, event_type, payload, x);
+    }
+
     pub(super) fn session_created(&mut self, p: Table<'r>) {
         let info = p.table("info");
         let sid = info.id("id").or(p.id("sessionID"));
@@ -356,11 +364,8 @@ impl<'r> Cx<'_, 'r> {
                 .collect(),
             _ => Vec::new(),
         };
-        let s = self.sessions.state_of(sid);
-        let turn = turn_of(&s);
         let payload = Payload::default().with("files", Json::Array(files));
-        self.out
-            .emit(sid, turn, "files.diff", payload, Extra::default());
+        self.in_turn(sid, "files.diff", payload, Extra::default());
     }
 
     pub(super) fn message_updated(&mut self, p: Table<'r>) {
@@ -456,22 +461,16 @@ impl<'r> Cx<'_, 'r> {
 
     pub(super) fn message_removed(&mut self, p: Table<'r>) {
         let sid = p.id("sessionID");
-        let s = self.sessions.state_of(sid);
-        let turn = turn_of(&s);
         let payload = Payload::default().with("message_id", p.get("messageID"));
-        self.out
-            .emit(sid, turn, "message.removed", payload, Extra::default());
+        self.in_turn(sid, "message.removed", payload, Extra::default());
     }
 
     pub(super) fn part_removed(&mut self, p: Table<'r>) {
         let sid = p.id("sessionID");
-        let s = self.sessions.state_of(sid);
-        let turn = turn_of(&s);
         let payload = Payload::default()
             .with("message_id", p.get("messageID"))
             .with("part_id", p.get("partID"));
-        self.out
-            .emit(sid, turn, "message.part_removed", payload, Extra::default());
+        self.in_turn(sid, "message.part_removed", payload, Extra::default());
     }
 
     pub(super) fn part_updated(&mut self, p: Table<'r>, raw: &'r Json) -> Result<(), String> {
@@ -509,40 +508,29 @@ impl<'r> Cx<'_, 'r> {
 
     pub(super) fn file_edited(&mut self, p: Table<'r>) {
         let sid = p.id("sessionID");
-        let s = self.sessions.state_of(sid);
-        let turn = turn_of(&s);
         let payload = Payload::default()
             .with("file", p.get("file"))
             .with("change", "edited");
-        self.out
-            .emit(sid, turn, "files.changed", payload, Extra::default());
+        self.in_turn(sid, "files.changed", payload, Extra::default());
     }
 
     pub(super) fn file_watched(&mut self, p: Table<'r>) {
         let sid = p.id("sessionID");
-        let s = self.sessions.state_of(sid);
-        let turn = turn_of(&s);
         let payload = Payload::default()
             .with("file", p.get("file"))
             .with("change", p.get("event"))
             .with("watcher", true);
-        self.out
-            .emit(sid, turn, "files.changed", payload, Extra::default());
+        self.in_turn(sid, "files.changed", payload, Extra::default());
     }
 
     pub(super) fn todo_updated(&mut self, p: Table<'r>) {
         let sid = p.id("sessionID");
-        let s = self.sessions.state_of(sid);
-        let turn = turn_of(&s);
         let payload = Payload::default().with("todos", p.get("todos"));
-        self.out
-            .emit(sid, turn, "todo.updated", payload, Extra::default());
+        self.in_turn(sid, "todo.updated", payload, Extra::default());
     }
 
     pub(super) fn command_executed(&mut self, p: Table<'r>) {
         let sid = p.id("sessionID");
-        let s = self.sessions.state_of(sid);
-        let turn = turn_of(&s);
         let payload = Payload::default()
             .with("name", p.get("name"))
             .with("arguments", p.get("arguments"))
@@ -551,7 +539,7 @@ impl<'r> Cx<'_, 'r> {
             actor: Some("user"),
             ..Extra::default()
         };
-        self.out.emit(sid, turn, "user.command", payload, x);
+        self.in_turn(sid, "user.command", payload, x);
     }
 
     /// Sent by the dstream OpenCode plugin itself when its queue overflowed.
