@@ -44,7 +44,8 @@
 -- point at each other through causation_id (the result at the request).
 --
 -- Per-session state (open text parts, tool calls, permissions) is dropped when the session
--- goes idle or is deleted; at most MAX_SESSIONS sessions (and MAX_ROOTS lineage entries) are
+-- goes idle or is deleted, and each of its tables is bounded in between (MAX_CALLS and the
+-- like); at most MAX_SESSIONS sessions (and MAX_ROOTS lineage entries) are
 -- remembered, the least recently created generation going first.
 
 local M = { name = "opencode", api = 1, sources = { "opencode" } }
@@ -53,6 +54,10 @@ local ACTOR = "opencode"
 local MAX_SESSIONS = 1024 -- per generation (two generations are kept)
 local MAX_ROOTS = 8192 -- per generation
 local MAX_CALLS = 1024 -- tool calls remembered per session between two idles
+local MAX_PARTS = 4096 -- parts (stored text, kind) remembered per session between two idles
+local MAX_MSGS = 4096 -- messages remembered per session between two idles
+local MAX_PERMS = 1024 -- permission requests awaiting a reply, per session between two idles
+local MAX_TEXT_BYTES = 8 * 1024 * 1024 -- stored part text remembered per session
 local MAX_BUF = 4096 -- deltas buffered per part before they are joined
 
 local coalesce_text = true
@@ -116,7 +121,46 @@ local function fresh(s)
   s.calls = {} -- callID -> { tool, pending_id, req_id, status, result_id, child }
   s.ncalls = 0
   s.perms = {} -- permission id -> { id = event id, call = callID }
+  s.counts = { flushed = 0, kinds = 0, msgs = 0, perms = 0 }
+  s.text_bytes = 0 -- of the texts in s.flushed
   return s
+end
+
+-- Sets t[key] in one of a session's tables, bounded as its calls are: a new key past `max`
+-- forgets every key held so far (returns true then). What is forgotten costs a later event
+-- a link (its turn, its cause) or makes a part's next chunk its whole text again.
+local function remember(s, name, key, value, max)
+  local t = s[name]
+  if t[key] == nil then
+    local n, forgot = s.counts[name], false
+    if n >= max then
+      t, n, forgot = {}, 0, true
+      s[name] = t
+    end
+    s.counts[name] = n + 1
+    t[key] = value
+    return forgot
+  end
+  t[key] = value
+  return false
+end
+
+local function unremember(s, name, key)
+  if s[name][key] ~= nil then
+    s[name][key] = nil
+    s.counts[name] = s.counts[name] - 1
+  end
+end
+
+-- What is stored of part `pid` now; past MAX_TEXT_BYTES every other part's text goes first.
+local function remember_text(s, pid, text)
+  local prev = s.flushed[pid]
+  local bytes = s.text_bytes - (prev and #prev or 0) + #text
+  if bytes > MAX_TEXT_BYTES then
+    s.flushed, s.counts.flushed, bytes = {}, 0, #text
+  end
+  if remember(s, "flushed", pid, text, MAX_PARTS) then bytes = #text end
+  s.text_bytes = bytes
 end
 
 local function state(sid)
@@ -201,7 +245,7 @@ end
 local function store_part(sid, s, p, why)
   local text = part_text(p)
   local prev = s.flushed[p.id]
-  s.flushed[p.id] = text
+  remember_text(s, p.id, text)
   local payload = {
     role = p.role, kind = p.kind, message_id = p.message_id, part_id = p.id,
     final = true, coalesced = p.n,
@@ -268,7 +312,7 @@ local function text_part(sid, s, part, props, raw)
     return
   end
   local ended = tbl(part.time)["end"] ~= nil
-  if pid then s.kinds[pid] = kind end
+  if pid then remember(s, "kinds", pid, kind, MAX_PARTS) end
   if not coalesce_text or pid == nil then
     out(sid, s, "message.chunk", {
       role = role, kind = kind, message_id = mid, part_id = pid, text = text,
@@ -612,7 +656,7 @@ bus["message.updated"] = function(p, t)
   if role == "user" then
     if s and mid then
       s.turn = mid
-      if not m then s.msgs[mid] = { role = "user", turn = mid } end
+      if not m then remember(s, "msgs", mid, { role = "user", turn = mid }, MAX_MSGS) end
     end
     out(sid, s, "message.updated", payload)
     return
@@ -621,7 +665,7 @@ bus["message.updated"] = function(p, t)
   if s and mid and not m then
     flush(sid, s, "next message")
     m = { role = role or "assistant", turn = turn }
-    s.msgs[mid] = m
+    remember(s, "msgs", mid, m, MAX_MSGS)
   end
   if m then m.model, m.provider = payload.model, payload.provider end
   payload.finish, payload.cost, payload.tokens = info.finish, info.cost, info.tokens
@@ -733,7 +777,7 @@ local function permission_asked(p, t)
     patterns = p.patterns or p.pattern, always = p.always, title = p.title, metadata = p.metadata,
     tool_use_id = call_id, message_id = tool.messageID or p.messageID,
   }, { id = id, causation_id = c and (c.req_id or c.pending_id) })
-  if s and pid then s.perms[pid] = { id = id, call = call_id } end
+  if s and pid then remember(s, "perms", pid, { id = id, call = call_id }, MAX_PERMS) end
 end
 bus["permission.asked"] = permission_asked
 bus["permission.updated"] = permission_asked -- OpenCode before 1.x
@@ -743,7 +787,7 @@ bus["permission.replied"] = function(p, t)
   local s = sid and state(sid)
   local pid = str(p.requestID) or str(p.permissionID)
   local asked = s and pid and s.perms[pid]
-  if asked then s.perms[pid] = nil end
+  if asked then unremember(s, "perms", pid) end
   out(sid, s, "execution.permission_replied", {
     permission_id = pid, reply = p.reply or p.response, tool_use_id = asked and asked.call,
   }, { causation_id = asked and asked.id })

@@ -563,6 +563,10 @@ const MAX_SESSIONS: usize = 1024;
 const MAX_ROOTS: usize = 8192;
 const MAX_CALLS: usize = 1024;
 const MAX_BUF: usize = 4096;
+const MAX_PARTS: usize = 4096;
+const MAX_MSGS: usize = 4096;
+const MAX_PERMS: usize = 1024;
+const MAX_TEXT_BYTES: usize = 8 << 20;
 
 /// Past each bound: what was forgotten and what was kept shows in later events (the turn as
 /// correlation_id, the root as stream_id, a call's ids as causation_id).
@@ -678,6 +682,79 @@ fn forgets_what_the_lua_file_forgets() {
     }
     q.text(s, "msg_a", "prt_b", "x", true);
     tally.compare("deltas", &json!(null), &q.events);
+
+    // Parts: past MAX_PARTS a session forgets every part's stored text and kind (a part
+    // stored again then comes whole, not as what was added at an offset).
+    let mut q = Seq::default();
+    let s = "ses_parts";
+    let part = |i: usize| format!("prt_{i:05}");
+    q.user(s, "msg_u");
+    q.assistant(s, "msg_a", "msg_u", json!({}));
+    for i in 0..MAX_PARTS + 10 {
+        q.text(s, "msg_a", &part(i), "a", true);
+    }
+    for i in [0, 1, 9, 10, MAX_PARTS - 1, MAX_PARTS, MAX_PARTS + 9] {
+        q.text(s, "msg_a", &part(i), "ab", true);
+        q.delta(s, "msg_b", &part(i), "c");
+        q.bus("session.compacted", json!({"sessionID": s}));
+    }
+    tally.compare("parts", &json!(null), &q.events);
+
+    // Stored text: past MAX_TEXT_BYTES a session forgets every other part's text.
+    let mut q = Seq::default();
+    let s = "ses_bytes";
+    let big = "x".repeat(MAX_TEXT_BYTES / 4 + 1);
+    q.user(s, "msg_u");
+    for i in 0..6 {
+        q.text(s, "msg_a", &part(i), &big, true);
+    }
+    for i in [0, 3, 4, 5] {
+        q.text(s, "msg_a", &part(i), &format!("{big}y"), true);
+    }
+    tally.compare("text bytes", &json!(null), &q.events);
+
+    // Messages: past MAX_MSGS a session forgets which turn each message answers.
+    let mut q = Seq::default();
+    let s = "ses_msgs";
+    let msg = |i: usize| format!("msg_{i:05}");
+    for i in 0..MAX_MSGS + 10 {
+        if i % 2 == 0 {
+            q.user(s, &msg(i));
+        } else {
+            q.assistant(s, &msg(i), &msg(i - 1), json!({}));
+        }
+    }
+    q.user(s, "msg_last");
+    for i in [0, 1, 3, MAX_MSGS - 1, MAX_MSGS + 1, MAX_MSGS + 9] {
+        q.text(s, &msg(i), &format!("prt_m{i}"), "t", true);
+    }
+    tally.compare("messages", &json!(null), &q.events);
+
+    // Permissions: past MAX_PERMS a session forgets the requests still awaiting a reply;
+    // a reply forgets its request, so replied ones do not count.
+    let mut q = Seq::default();
+    let s = "ses_perms";
+    let perm = |i: usize| format!("per_{i:05}");
+    q.user(s, "msg_u");
+    for i in 0..MAX_PERMS + 20 {
+        q.bus(
+            "permission.asked",
+            json!({"id": perm(i), "sessionID": s, "tool": {"callID": format!("call_{i}")}}),
+        );
+        if i % 3 == 0 && i < 30 {
+            q.bus(
+                "permission.replied",
+                json!({"sessionID": s, "requestID": perm(i), "reply": "once"}),
+            );
+        }
+    }
+    for i in 0..MAX_PERMS + 20 {
+        q.bus(
+            "permission.replied",
+            json!({"sessionID": s, "requestID": perm(i), "reply": "always"}),
+        );
+    }
+    tally.compare("permissions", &json!(null), &q.events);
 
     eprintln!("{tally:?}");
 }

@@ -1,7 +1,8 @@
 //! What the mapping remembers between calls: the lineage of sessions, and per session its
 //! current turn, its open text part, its messages, tool calls and permissions. Everything is
 //! bounded as in the Lua file: two generations of sessions and of lineage entries (the older
-//! dropped when the younger fills), and a session's calls forgotten past [`MAX_CALLS`].
+//! dropped when the younger fills), and each of a session's tables (calls, parts, messages,
+//! permissions, stored text) forgotten whole when a new entry would pass its bound.
 
 use std::collections::HashMap;
 
@@ -13,6 +14,14 @@ const MAX_SESSIONS: usize = 1024;
 const MAX_ROOTS: usize = 8192;
 /// Tool calls remembered per session between two idles.
 const MAX_CALLS: usize = 1024;
+/// Parts (their stored text, their kind) remembered per session between two idles.
+const MAX_PARTS: usize = 4096;
+/// Messages remembered per session between two idles.
+const MAX_MSGS: usize = 4096;
+/// Permission requests awaiting their reply, per session between two idles.
+const MAX_PERMS: usize = 1024;
+/// Bytes of stored part text remembered per session between two idles.
+const MAX_TEXT_BYTES: usize = 8 << 20;
 // The Lua file's MAX_BUF (deltas buffered before they are joined) has no counterpart: each
 // delta is appended to the part's text as it comes.
 
@@ -91,13 +100,92 @@ pub(super) struct Session {
     /// one, so there is at most one (the Lua file keeps a list).
     pub open: Option<OpenPart>,
     /// Part id -> the text already stored for it.
-    pub flushed: HashMap<String, String>,
+    pub flushed: Texts,
     /// Part id -> its kind, for deltas that arrive after the part was stored.
-    pub kinds: HashMap<String, Kind>,
-    pub msgs: HashMap<String, Msg>,
+    pub kinds: Bounded<Kind, MAX_PARTS>,
+    pub msgs: Bounded<Msg, MAX_MSGS>,
     pub calls: Calls,
     /// Permission id -> the request event, for the reply.
-    pub perms: HashMap<String, Perm>,
+    pub perms: Bounded<Perm, MAX_PERMS>,
+}
+
+/// One of a session's tables, bounded as its calls are (the Lua file's `remember`): a new key
+/// past `MAX` forgets every key held so far. What is forgotten costs a later event a link (its
+/// turn, its cause) or makes a part's next chunk its whole text again, never an event.
+pub(super) struct Bounded<V, const MAX: usize>(HashMap<String, V>);
+
+impl<V, const MAX: usize> Default for Bounded<V, MAX> {
+    fn default() -> Self {
+        Bounded(HashMap::new())
+    }
+}
+
+impl<V, const MAX: usize> Bounded<V, MAX> {
+    pub fn get(&self, key: &str) -> Option<&V> {
+        self.0.get(key)
+    }
+
+    pub fn get_mut(&mut self, key: &str) -> Option<&mut V> {
+        self.0.get_mut(key)
+    }
+
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.0.contains_key(key)
+    }
+
+    /// Sets `key`; true when that first forgot every other key.
+    pub fn insert(&mut self, key: String, value: V) -> bool {
+        let forget = !self.0.contains_key(&key) && self.0.len() >= MAX;
+        if forget {
+            self.0.clear();
+        }
+        self.0.insert(key, value);
+        forget
+    }
+
+    pub fn remove(&mut self, key: &str) -> Option<V> {
+        self.0.remove(key)
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// Part id -> the text stored for it, bounded in parts and in bytes (the Lua file's
+/// `remember_text`).
+#[derive(Default)]
+pub(super) struct Texts {
+    parts: Bounded<String, MAX_PARTS>,
+    bytes: usize,
+}
+
+impl Texts {
+    pub fn get(&self, part: &str) -> Option<&String> {
+        self.parts.get(part)
+    }
+
+    /// `text` is what is stored of `part` now. Past [`MAX_TEXT_BYTES`] every other part's
+    /// text is forgotten first.
+    pub fn remember(&mut self, part: String, text: String) {
+        let len = text.len();
+        let held = self.parts.get(&part).map_or(0, String::len);
+        let mut bytes = self.bytes - held + len;
+        if bytes > MAX_TEXT_BYTES {
+            self.parts = Bounded::default();
+            bytes = len;
+        }
+        if self.parts.insert(part, text) {
+            bytes = len;
+        }
+        self.bytes = bytes;
+    }
+
+    #[cfg(test)]
+    pub fn held(&self) -> (usize, usize) {
+        (self.parts.len(), self.bytes)
+    }
 }
 
 impl Session {
@@ -249,4 +337,47 @@ impl Calls {
 pub(super) struct Perm {
     pub event_id: String,
     pub call: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_table_past_its_bound_forgets_whole_and_starts_again() {
+        let mut t: Bounded<usize, 3> = Bounded::default();
+        for i in 0..3 {
+            assert!(!t.insert(format!("k{i}"), i));
+        }
+        assert!(!t.insert("k1".into(), 10), "a known key is no new entry");
+        assert!(t.insert("k3".into(), 3));
+        assert_eq!((t.len(), t.get("k0"), t.get("k3")), (1, None, Some(&3)));
+        t.remove("k3");
+        assert_eq!(t.len(), 0);
+    }
+
+    #[test]
+    fn stored_text_stays_within_its_bounds_in_parts_and_bytes() {
+        let mut texts = Texts::default();
+        for i in 0..MAX_PARTS + 5 {
+            texts.remember(format!("p{i}"), "ab".into());
+        }
+        assert_eq!(texts.held(), (5, 10));
+        let mut texts = Texts::default();
+        let big = "x".repeat(MAX_TEXT_BYTES / 3);
+        for i in 0..4 {
+            texts.remember(format!("b{i}"), big.clone());
+            assert!(texts.held().1 <= MAX_TEXT_BYTES);
+        }
+        assert_eq!(
+            texts.held(),
+            (1, big.len()),
+            "the fourth text forgot the others"
+        );
+        // A part longer than the bound is still remembered, alone.
+        texts.remember("b3".into(), "y".repeat(MAX_TEXT_BYTES + 1));
+        assert_eq!(texts.held(), (1, MAX_TEXT_BYTES + 1));
+        texts.remember("b3".into(), "z".into());
+        assert_eq!(texts.held(), (1, 1));
+    }
 }

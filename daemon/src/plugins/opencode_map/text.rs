@@ -196,7 +196,7 @@ impl Session {
             .with("part_id", id.as_str())
             .with("final", true)
             .with("coalesced", n);
-        match self.flushed.get_mut(&id) {
+        match self.flushed.get(&id) {
             Some(prev) => {
                 if text.as_bytes().starts_with(prev.as_bytes()) {
                     if text.len() == prev.len() {
@@ -210,13 +210,10 @@ impl Session {
                     payload.set("text", text.as_str());
                     payload.set("replaces", true);
                 }
-                *prev = text;
             }
-            None => {
-                payload.set("text", text.as_str());
-                self.flushed.insert(id, text);
-            }
+            None => payload.set("text", text.as_str()),
         }
+        self.flushed.remember(id, text);
         let x = Extra {
             raw: flushed_by.and(raw),
             flushed_by,
