@@ -2,7 +2,7 @@
 //! machine, same run, one after the other (never concurrently).
 //!
 //! Run: `cargo run --release -p dstream-tests --bin bench [-- --quick] [--events N]
-//! [--duration SECS] [--warmup SECS] [--skip-reference] [--skip-dstream] [--only a,b]`.
+//! [--duration SECS] [--warmup SECS] [--rounds N] [--skip-reference] [--skip-dstream] [--only a,b]`.
 //! Prints one markdown table to stdout and writes it to `<repo>/.bench-cache/last-bench.md`.
 //! Progress goes to stderr.
 
@@ -46,7 +46,7 @@ use anyhow::{Context, Result, bail};
 
 use load::{Appender, HttpAppender, LoadResult, RpcAppender, closed_loop, push_append_request};
 use procs::{DstreamSetup, RefSetup, ctx_switches, rss_anon_mb, rss_mb, status_field};
-use stats::{Better, Table, pcts};
+use stats::{Better, Table, median, pcts};
 
 const FSYNC_ALWAYS: &str = "fsync = \"always\"";
 const FSYNC_INTERVAL: &str = "fsync = \"interval\"\nfsync_interval_ms = 20";
@@ -87,6 +87,9 @@ struct Opts {
     events: u64,
     skip_reference: bool,
     skip_dstream: bool,
+    /// Rounds of the durable append and ingest scenarios (dstream and the reference
+    /// alternated in each); their rows show the median of the rounds.
+    rounds: usize,
     /// `--only a,b`: just these scenarios (the table shows the rest as not measured).
     only: Option<Vec<String>>,
 }
@@ -98,6 +101,7 @@ fn parse_args() -> Result<Opts> {
         events: 1_000_000,
         skip_reference: false,
         skip_dstream: false,
+        rounds: 3,
         only: None,
     };
     let mut args = std::env::args().skip(1);
@@ -117,6 +121,17 @@ fn parse_args() -> Result<Opts> {
                 o.warmup = Duration::from_millis(300);
                 o.measure = Duration::from_millis(1500);
                 o.events = 100_000;
+                o.rounds = 1;
+            }
+            "--rounds" => {
+                o.rounds = args
+                    .next()
+                    .context("--rounds needs a value")?
+                    .parse()
+                    .context("bad --rounds")?;
+                if !(1..=20).contains(&o.rounds) {
+                    bail!("--rounds must be between 1 and 20");
+                }
             }
             "--events" => {
                 o.events = args
@@ -145,7 +160,7 @@ fn parse_args() -> Result<Opts> {
             }
             "-h" | "--help" => {
                 println!(
-                    "usage: bench [--quick] [--events N] [--duration SECS] [--warmup SECS] [--skip-reference] [--skip-dstream] [--only {}]",
+                    "usage: bench [--quick] [--events N] [--duration SECS] [--warmup SECS] [--rounds N] [--skip-reference] [--skip-dstream] [--only {}]",
                     SCENARIOS.join(",")
                 );
                 std::process::exit(0);
@@ -226,6 +241,7 @@ fn run() -> Result<()> {
         tmp_root,
         ours: Metrics::new(),
         theirs: Metrics::new(),
+        rounds: HashMap::new(),
         notes: Vec::new(),
         strace,
         many_ok: None,
@@ -246,12 +262,24 @@ fn run() -> Result<()> {
     }
     // Each durable append scenario runs on dstream and then right away on the reference, so
     // that both see the same machine state (disk and host noise drift over a run).
-    for scenario in APPEND_SCENARIOS.iter().filter(|_| wants("appends")) {
-        if let Some(bin) = d {
-            b.dstream_appends(bin, "always", *scenario)?;
+    // Rounds over all of them, so that a slow spell of the disk or the host falls on one
+    // round of each rather than on every run of one scenario.
+    for round in (0..o.rounds).filter(|_| wants("appends")) {
+        if o.rounds > 1 {
+            eprintln!("bench: appends, round {} of {}", round + 1, o.rounds);
         }
-        if let Some(bin) = r {
-            b.reference_appends(bin, *scenario)?;
+        for scenario in APPEND_SCENARIOS.iter() {
+            if let Some(bin) = d {
+                b.dstream_appends(bin, "always", *scenario)?;
+            }
+            if let Some(bin) = r {
+                b.reference_appends(bin, *scenario)?;
+            }
+        }
+        // Right after the 16-session appends its ratio is taken against, in the same spell
+        // of the disk.
+        if let Some(bin) = d.filter(|_| wants("ingest")) {
+            b.dstream_ingest(bin, &repo)?;
         }
     }
     if let Some(bin) = d {
@@ -267,7 +295,8 @@ fn run() -> Result<()> {
         if wants("agents") {
             b.dstream_agents(bin, &repo)?;
         }
-        if wants("ingest") {
+        // With the append rounds, ingest runs in them (its row is read against theirs).
+        for _ in (0..o.rounds).filter(|_| wants("ingest") && !wants("appends")) {
             b.dstream_ingest(bin, &repo)?;
         }
         if wants("otlp") {
@@ -368,6 +397,9 @@ struct Bench<'a> {
     tmp_root: PathBuf,
     ours: Metrics,
     theirs: Metrics,
+    /// Every round's value of a metric measured in rounds (dstream: true), whose median is
+    /// what `ours` / `theirs` hold.
+    rounds: HashMap<(bool, &'static str), Vec<f64>>,
     notes: Vec<String>,
     /// strace is installed: the reference's fdatasync calls can be counted.
     strace: bool,
@@ -376,6 +408,31 @@ struct Bench<'a> {
 }
 
 impl Bench<'_> {
+    /// One round's value of `key`: the metric becomes the median of the rounds so far.
+    fn sample(&mut self, ours: bool, key: &'static str, value: f64) {
+        let values = self.rounds.entry((ours, key)).or_default();
+        values.push(value);
+        let m = if ours {
+            &mut self.ours
+        } else {
+            &mut self.theirs
+        };
+        m.insert(key, median(values));
+    }
+
+    /// The spread of `key` over its rounds, for the log: `[min–max over n]`.
+    fn spread(&self, ours: bool, key: &str) -> String {
+        match self.rounds.get(&(ours, key)) {
+            Some(v) if v.len() > 1 => {
+                let (lo, hi) = v
+                    .iter()
+                    .fold((f64::MAX, f64::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+                format!(" [{lo:.0}-{hi:.0} over {} rounds]", v.len())
+            }
+            _ => String::new(),
+        }
+    }
+
     /// `usage --by day` over a million usage events: the index's sums against a log scan.
     fn dstream_usage(&mut self, bin: &Path) -> Result<()> {
         let total = self.o.events;
@@ -435,24 +492,35 @@ impl Bench<'_> {
     }
 
     fn record_load(&mut self, ours: bool, key: &str, label: &str, mut r: LoadResult) {
-        let (side, m) = if ours {
-            ("dstream", &mut self.ours)
-        } else {
-            ("reference", &mut self.theirs)
-        };
+        let side = if ours { "dstream" } else { "reference" };
         let p = pcts(&mut r.lat_ns, 1e3);
+        let rate = leak(format!("{key}/s"));
+        self.sample(ours, rate, r.per_sec);
         eprintln!(
-            "bench:   {side} {label}: {:.0} appends/s, p50 {:?} µs, p99 {:?} µs, errors {}",
-            r.per_sec, p.p50, p.p99, r.errors
+            "bench:   {side} {label}: {:.0} appends/s, p50 {:?} µs, p99 {:?} µs, errors {}{}",
+            r.per_sec,
+            p.p50,
+            p.p99,
+            r.errors,
+            self.spread(ours, rate)
         );
-        m.insert(leak(format!("{key}/s")), r.per_sec);
-        p.p50.map(|v| m.insert(leak(format!("{key}/p50")), v));
-        p.p99.map(|v| m.insert(leak(format!("{key}/p99")), v));
-        if let Some(v) = r.max_rss_mb {
-            m.insert("rss/load", v);
+        if let Some(v) = p.p50 {
+            self.sample(ours, leak(format!("{key}/p50")), v);
         }
-        if let Some(v) = r.max_anon_mb {
-            m.insert("rss/load_anon", v);
+        if let Some(v) = p.p99 {
+            self.sample(ours, leak(format!("{key}/p99")), v);
+        }
+        // Memory under load: the highest of the rounds.
+        let m = if ours {
+            &mut self.ours
+        } else {
+            &mut self.theirs
+        };
+        for (k, v) in [("rss/load", r.max_rss_mb), ("rss/load_anon", r.max_anon_mb)] {
+            if let Some(v) = v {
+                let top = m.get(k).map_or(v, |&old: &f64| old.max(v));
+                m.insert(k, top);
+            }
         }
         if r.errors > 0 {
             self.notes.push(format!(
@@ -545,22 +613,22 @@ impl Bench<'_> {
             "bench:   measured window: daemon appends {appends:?}, fsyncs {fsyncs:?}, context switches {:?}",
             delta(before.ctx.map(|v| v as f64), after.ctx.map(|v| v as f64))
         );
-        let m = &mut self.ours;
         if let (Some(a), Some(f)) = (appends, fsyncs)
             && f > 0.0
         {
-            m.insert(leak(format!("{policy}/{key}/perfsync")), a / f);
+            self.sample(true, leak(format!("{policy}/{key}/perfsync")), a / f);
         }
         if let (Some(c0), Some(c1)) = (before.ctx, after.ctx)
             && done > 0.0
         {
-            m.insert(leak(format!("{policy}/{key}/ctx")), (c1 - c0) as f64 / done);
+            let per_append = (c1 - c0) as f64 / done;
+            self.sample(true, leak(format!("{policy}/{key}/ctx")), per_append);
         }
         if let Ok(v) = stats
             && let (Some(a), Some(b)) = (v["appends"].as_f64(), v["bytes_written"].as_f64())
             && a > 0.0
         {
-            m.insert("bytes/event", b / a);
+            self.ours.insert("bytes/event", b / a);
         }
         self.record_load(true, &format!("{policy}/{key}"), &label, r);
         drop(dir);
@@ -591,14 +659,22 @@ impl Bench<'_> {
             && done > 0.0
         {
             eprintln!("bench:   measured window: context switches {}", c1 - c0);
-            self.theirs
-                .insert(leak(format!("always/{key}/ctx")), (c1 - c0) as f64 / done);
+            self.sample(
+                false,
+                leak(format!("always/{key}/ctx")),
+                (c1 - c0) as f64 / done,
+            );
         }
         // The reference has one durable mode; its rows sit next to dstream's fsync=always.
         self.record_load(false, &format!("always/{key}"), &label, r);
         drop(dir);
         sync_disk();
-        if self.strace {
+        // Its count of syncs moves little from run to run: one traced run is enough.
+        if self.strace
+            && !self
+                .theirs
+                .contains_key(format!("always/{key}/perfsync").as_str())
+        {
             self.reference_fsyncs(bin, (conns, sessions, key))?;
         }
         Ok(())
@@ -898,14 +974,19 @@ impl Bench<'_> {
             "bench:   ingest of unmatched PostToolUse C=16: {:.0}/s, p50 {:?} µs, errors {}",
             u.per_sec, pu.p50, u.errors
         );
-        self.ours.insert("ingest_unmatched/s", u.per_sec);
+        self.sample(true, "ingest_unmatched/s", u.per_sec);
         let p = pcts(&mut r.lat_ns, 1e3);
+        self.sample(true, "ingest/s", r.per_sec);
         eprintln!(
-            "bench:   ingest C=16: {:.0}/s, p50 {:?} µs, errors {}",
-            r.per_sec, p.p50, r.errors
+            "bench:   ingest C=16: {:.0}/s, p50 {:?} µs, errors {}{}",
+            r.per_sec,
+            p.p50,
+            r.errors,
+            self.spread(true, "ingest/s")
         );
-        self.ours.insert("ingest/s", r.per_sec);
-        p.p50.map(|v| self.ours.insert("ingest/p50", v));
+        if let Some(v) = p.p50 {
+            self.sample(true, "ingest/p50", v);
+        }
         if r.errors > 0 {
             self.notes.push(format!(
                 "ingest C=16: {} failed; first: {}",
@@ -1632,9 +1713,9 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
         Better::Lower,
     );
     t.add(
-        "`ingest` of captured Claude Code payloads, C=16 over 16 sessions, events/s (fsync=always)",
+        "`ingest` of captured Claude Code payloads, C=16 over 16 sessions, events/s (fsync=always; reference column: dstream's plain `append` of 256 B events, C=16 over 16 sessions, in the same rounds)",
         get(ours, "ingest/s"),
-        None,
+        get(ours, "always/c16s16/s"),
         Better::Higher,
     );
     t.add(
@@ -2036,6 +2117,8 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
          dstream's Unix-socket client waits in `poll`, as the SDK does in epoll, since a thread blocked in `read` there is also \
          woken when the daemon takes its request); \
          {warm:.1} s warm-up + {measure:.1} s measured per scenario; a fresh server and data dir per scenario; \
+         the durable append scenarios (dstream and the reference alternated), then `ingest`, run in {rounds} rounds, \
+         and their rows show the median of the rounds (memory under load: the highest); \
          the two servers never run at the same time.\n\
          - dstream (release build of this workspace): JSON-RPC `append` over its Unix socket; `[store] fsync = \"always\"` \
          (ack after fsync, group commit) or `\"interval\"` with `fsync_interval_ms = 20`; C connections over S sessions \
@@ -2069,6 +2152,7 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
         bytes = load::EVENT_BYTES,
         warm = o.warmup.as_secs_f64(),
         measure = o.measure.as_secs_f64(),
+        rounds = o.rounds,
         refv = procs::REFERENCE_VERSION,
         events = o.events,
         nofile = MANY_NOFILE,

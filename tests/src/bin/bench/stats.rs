@@ -11,6 +11,17 @@ pub fn quantile(sorted: &[u64], q: f64) -> Option<u64> {
     Some(sorted[rank - 1])
 }
 
+/// The median of a round's values (the mean of the middle two for an even count).
+pub fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_unstable_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
 /// p50 and p99 of nanosecond samples, in the unit given by `div` (1e3 = µs, 1e6 = ms).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Pcts {
