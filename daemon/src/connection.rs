@@ -161,7 +161,10 @@ pub async fn serve(
                 caller.out.send(rpc::error_frame(id.as_deref(), &err)).await
             }
             Ok(Frame::Line) if buf.iter().all(u8::is_ascii_whitespace) => Ok(()),
-            Ok(Frame::Line) => handle_line(&state, &mut caller, &buf).await,
+            Ok(Frame::Line) => {
+                caller.alone = reader.buffer().is_empty();
+                handle_line(&state, &mut caller, &buf).await
+            }
         };
         if sent.is_err() {
             break;

@@ -598,3 +598,74 @@ fn the_write_ahead_log_wraps_through_checkpoints_without_losing_anything() {
         assert_eq!(got, *ids, "{s}: every acknowledged event, in order");
     }
 }
+
+fn counter(c: &mut Client, name: &str) -> u64 {
+    let stats = c.call("stats", json!({})).expect("stats");
+    stats[name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("stats has no {name}: {stats}"))
+}
+
+/// Under `fsync = "always"` a client that waits for each reply has its append committed by the
+/// thread that read it (no hand-over to the commit thread and back), durable before the reply:
+/// every one survives a SIGKILL. A client that sends many at once still has them share syncs.
+#[test]
+fn a_lone_client_commits_on_the_spot_and_a_pipelining_one_shares_syncs() {
+    let mut d = Daemon::start_with("[store]\nfsync = \"always\"\n");
+    let mut c = Client::connect(&d.socket());
+    const N: u64 = 200;
+
+    let direct = counter(&mut c, "direct_appends");
+    let mut lone = Vec::new();
+    for k in 0..N {
+        let r = c
+            .call(
+                "append",
+                json!({"session_id": "lone", "event": {"type": "t", "payload": {"k": k}}}),
+            )
+            .expect("append");
+        lone.push(r["id"].as_str().expect("id").to_string());
+    }
+    let direct_lone = counter(&mut c, "direct_appends") - direct;
+    assert!(
+        direct_lone >= N / 2,
+        "only {direct_lone} of {N} appends from a client waiting for each reply were committed \
+         on the spot"
+    );
+
+    // All at once, in one write: they reach the daemon together and are committed together.
+    let (direct, fsyncs) = (counter(&mut c, "direct_appends"), counter(&mut c, "fsyncs"));
+    let first_id = 1_000_000;
+    let mut burst = Vec::new();
+    for k in 0..N {
+        let request = json!({"jsonrpc": "2.0", "id": first_id + k, "method": "append",
+            "params": {"session_id": "burst", "event": {"type": "t", "payload": {"k": k}}}});
+        burst.extend(dstream_tests::serde_json::to_vec(&request).unwrap());
+        burst.push(b'\n');
+    }
+    c.try_send_raw(&burst).expect("send the burst");
+    let mut burst_ids = Vec::new();
+    for k in 0..N {
+        let r = c.wait_response(first_id + k).expect("append in the burst");
+        burst_ids.push(r["id"].as_str().expect("id").to_string());
+    }
+    let direct_burst = counter(&mut c, "direct_appends") - direct;
+    let syncs_burst = counter(&mut c, "fsyncs") - fsyncs;
+    assert!(
+        direct_burst <= N / 10,
+        "{direct_burst} of {N} pipelined appends were committed one by one on the spot"
+    );
+    assert!(
+        syncs_burst < N,
+        "{N} pipelined appends took {syncs_burst} syncs: none shared one"
+    );
+
+    d.kill9();
+    d.restart();
+    let mut c = Client::connect(&d.socket());
+    for (session, ids) in [("lone", &lone), ("burst", &burst_ids)] {
+        let events = c.read_all(session);
+        let got: Vec<&str> = events.iter().map(|e| e["id"].as_str().unwrap()).collect();
+        assert_eq!(got, *ids, "{session}: every acknowledged event, in order");
+    }
+}

@@ -89,6 +89,7 @@ pub(super) fn stats(state: &DaemonState) -> RpcResult {
         appends: s.appends.load(relaxed),
         bytes_written: s.bytes_written.load(relaxed),
         fsyncs: s.fsyncs.load(relaxed),
+        direct_appends: s.direct_appends.load(relaxed),
         lagged: state.stats.lagged.load(relaxed),
         frame_errors: state.stats.frame_errors.load(relaxed),
         rss_bytes: crate::state::rss_bytes(),

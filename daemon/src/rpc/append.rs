@@ -73,7 +73,13 @@ pub(super) async fn append(
     });
     // Checkpoint events must be on disk before anyone acts on them, whatever the policy.
     let must_sync = p.event.event_type.starts_with("checkpoint.");
-    state.store.append(&p.session_id, p.event, must_sync, ack);
+    if caller.alone {
+        state
+            .store
+            .append_direct(&p.session_id, p.event, must_sync, ack);
+    } else {
+        state.store.append(&p.session_id, p.event, must_sync, ack);
+    }
     Ok(Reply::Submitted)
 }
 

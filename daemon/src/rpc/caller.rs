@@ -35,6 +35,10 @@ pub struct Caller {
     /// This connection among all of the daemon's: the pipeline serves clients in turn.
     pub(super) id: u64,
     next_subscription: u64,
+    /// Nothing the client sent is waiting behind the request being served: it likely waits
+    /// for this reply before sending more, so an append may be committed on the spot
+    /// ([`crate::store::Store::append_direct`]). Set by the socket's reader; false elsewhere.
+    pub alone: bool,
 }
 
 impl Caller {
@@ -62,6 +66,7 @@ impl Caller {
                 NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             },
             next_subscription: 0,
+            alone: false,
         }
     }
 

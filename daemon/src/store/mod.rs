@@ -50,6 +50,7 @@ mod writer_state;
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock, mpsc};
 
 pub use commit::Ack;
@@ -78,6 +79,11 @@ struct Inner {
     files: Arc<FileCache>,
     /// The commit thread's queue; `None` once the store is shutting down.
     commit: RwLock<Option<mpsc::Sender<CommitMsg>>>,
+    /// The commit thread's state, which a lone append commits through itself
+    /// ([`Store::append_direct`]).
+    committer: Arc<std::sync::Mutex<Committer>>,
+    /// Appends queued to the commit thread or being committed.
+    pending: Arc<AtomicUsize>,
     /// One repair at a time.
     repairing: tokio::sync::Mutex<()>,
     vfs: Arc<dyn Vfs>,
@@ -124,17 +130,20 @@ impl Store {
         let stats = Arc::new(StoreStats::default());
         let sessions_dir = data_dir.join("sessions");
         let (tx, rx) = mpsc::channel();
-        let committer = Committer::new(
+        let pending = Arc::new(AtomicUsize::new(0));
+        let committer = Arc::new(std::sync::Mutex::new(Committer::new(
             vfs.clone(),
             wal,
             settings.clone(),
             stats.clone(),
             sessions_dir.clone(),
             hub,
-        );
+            pending.clone(),
+        )));
+        let shared = committer.clone();
         std::thread::Builder::new()
             .name("dstream-commit".into())
-            .spawn(move || committer.run(rx))
+            .spawn(move || Committer::run(shared, rx))
             .map_err(|e| StoreError::io("starting the commit thread", &e))?;
         let inner = Arc::new(Inner {
             sessions_dir,
@@ -146,6 +155,8 @@ impl Store {
             sessions: RwLock::new(HashMap::new()),
             stats,
             commit: RwLock::new(Some(tx)),
+            committer,
+            pending,
             repairing: tokio::sync::Mutex::new(()),
             vfs,
             lock: std::sync::Mutex::new(Some(lock)),
@@ -275,20 +286,50 @@ impl Store {
         must_sync: bool,
         ack: Ack,
     ) {
+        self.append_as(session, id, event, must_sync, ack, false)
+    }
+
+    /// [`Store::append`] for a caller with nothing else to send meanwhile (a client waiting
+    /// for this reply): when nothing is queued or being committed, the append is committed
+    /// on the caller's thread, which saves the two hand-overs to the commit thread and back
+    /// (at one append at a time, most of what is not the disk's sync). A caller with more to
+    /// send uses [`Store::append`], so that its appends share syncs.
+    pub fn append_direct(&self, session: &str, event: NewEventRaw, must_sync: bool, ack: Ack) {
+        self.append_as(session, None, event, must_sync, ack, true)
+    }
+
+    fn append_as(
+        &self,
+        session: &str,
+        id: Option<String>,
+        event: NewEventRaw,
+        must_sync: bool,
+        ack: Ack,
+        direct: bool,
+    ) {
         let (event, extra) = self.before_append(event);
         let session = self.session(session);
         let commit = self.inner.commit.read().unwrap();
         let Some(tx) = commit.as_ref() else {
             return ack.send(Err(StoreError::ShuttingDown));
         };
-        // If the commit thread is gone the message (and its Ack) is dropped: "shutting down".
-        let _ = tx.send(CommitMsg::Append(Append {
+        let mut append = Append {
             session: session.clone(),
             event,
             id,
             must_sync,
             ack,
-        }));
+        };
+        if direct && extra.is_none() {
+            match self.commit_direct(append) {
+                None => return,
+                Some(given_back) => append = given_back,
+            }
+        }
+        let pending = &self.inner.pending;
+        pending.fetch_add(1 + usize::from(extra.is_some()), Ordering::AcqRel);
+        // If the commit thread is gone the message (and its Ack) is dropped: "shutting down".
+        let _ = tx.send(CommitMsg::Append(append));
         if let Some(event) = extra {
             let _ = tx.send(CommitMsg::Append(Append {
                 session,
@@ -298,6 +339,24 @@ impl Store {
                 ack: Ack::new(|_| ()),
             }));
         }
+    }
+
+    /// Commits `append` here if nothing is queued or being committed and the committer is
+    /// free and willing ([`Committer::commit_direct`]); gives it back otherwise.
+    fn commit_direct(&self, append: Append) -> Option<Append> {
+        let pending = &self.inner.pending;
+        if pending
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return Some(append);
+        }
+        let result = match self.inner.committer.try_lock() {
+            Ok(mut committer) => committer.commit_direct(append),
+            Err(_) => Some(append),
+        };
+        pending.fetch_sub(1, Ordering::AcqRel);
+        result
     }
 
     /// Appends several events (to any sessions) in one batch, in order: they become durable
@@ -327,7 +386,12 @@ impl Store {
         let appends = all;
         let commit = self.inner.commit.read().unwrap();
         match commit.as_ref() {
-            Some(tx) => drop(tx.send(CommitMsg::Appends(appends))),
+            Some(tx) => {
+                self.inner
+                    .pending
+                    .fetch_add(appends.len(), Ordering::AcqRel);
+                drop(tx.send(CommitMsg::Appends(appends)))
+            }
             None => {
                 for a in appends {
                     a.ack.send(Err(StoreError::ShuttingDown));

@@ -38,6 +38,8 @@ pub struct StoreStats {
     pub appends: AtomicU64,
     pub bytes_written: AtomicU64,
     pub fsyncs: AtomicU64,
+    /// Appends committed by their caller's thread ([`crate::store::Store::append_direct`]).
+    pub direct_appends: AtomicU64,
 }
 
 /// An event as `append` receives it: the SDK's envelope with its JSON fields kept raw, so they

@@ -19,6 +19,10 @@ pub struct StatsResult {
     pub appends: u64,
     pub bytes_written: u64,
     pub fsyncs: u64,
+    /// Appends committed on the thread that took the request (a lone client's), without the
+    /// hand-over to the commit thread.
+    #[serde(default)]
+    pub direct_appends: u64,
     pub lagged: u64,
     pub frame_errors: u64,
     /// Resident memory of the daemon in bytes, where the OS reports it.

@@ -375,6 +375,8 @@ struct Snap {
     ctx: Option<u64>,
     appends: Option<f64>,
     fsyncs: Option<f64>,
+    /// Appends committed on the thread that read them (`stats` direct_appends).
+    direct: Option<f64>,
 }
 
 fn delta(a: Option<f64>, b: Option<f64>) -> Option<f64> {
@@ -598,6 +600,7 @@ impl Bench<'_> {
                 ctx,
                 appends: stats["appends"].as_f64(),
                 fsyncs: stats["fsyncs"].as_f64(),
+                direct: stats["direct_appends"].as_f64(),
             }
         };
         let (r, before, after) =
@@ -610,7 +613,8 @@ impl Bench<'_> {
             delta(before.fsyncs, after.fsyncs),
         );
         eprintln!(
-            "bench:   measured window: daemon appends {appends:?}, fsyncs {fsyncs:?}, context switches {:?}",
+            "bench:   measured window: daemon appends {appends:?} ({:?} committed directly), fsyncs {fsyncs:?}, context switches {:?}",
+            delta(before.direct, after.direct),
             delta(before.ctx.map(|v| v as f64), after.ctx.map(|v| v as f64))
         );
         if let (Some(a), Some(f)) = (appends, fsyncs)

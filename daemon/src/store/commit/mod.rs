@@ -5,7 +5,11 @@
 //!
 //! Why one commit thread: an append crosses a fixed number of threads (connection → commit
 //! thread → [sync thread →] connection's reply queue) whatever the number of sessions, the
-//! thread count is fixed, and one sync covers every session in the batch. The per-session
+//! thread count is fixed, and one sync covers every session in the batch. The one exception
+//! is a lone append (`Store::append_direct`): when nothing is queued or being committed, the
+//! connection's thread commits it through the same [`Committer`] (shared under a lock, which
+//! the commit thread takes a turn at a time), so a client sending one append at a time does
+//! not pay for two hand-overs on top of its sync. The per-session
 //! logs are synced at checkpoints only (when the write-ahead log is full, and at shutdown),
 //! after which the write-ahead log starts over.
 //!

@@ -4,9 +4,10 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::{Relaxed, Release};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::messages::{Append, CommitMsg, approx_len};
@@ -23,6 +24,9 @@ use crate::vfs::Vfs;
 const MAX_BATCH_EVENTS: usize = 4096;
 /// A batch stops growing past this many bytes.
 const MAX_BATCH_BYTES: usize = 8 << 20;
+/// Room a direct commit leaves in the WAL: the checkpoint a full WAL needs (syncing every log
+/// written since the last one) stays the commit thread's.
+const DIRECT_WAL_MARGIN: usize = 64 << 10;
 
 pub(crate) struct Committer {
     pub vfs: Arc<dyn Vfs>,
@@ -55,6 +59,9 @@ pub(crate) struct Committer {
     pub(super) pipelining: bool,
     /// Batches were handed to the sync thread since it was last drained.
     pub(super) handed_over: bool,
+    /// Appends queued to this thread or being committed, shared with the store: a caller
+    /// commits directly only while it is zero.
+    pub(super) pending: Arc<AtomicUsize>,
 }
 
 impl Committer {
@@ -65,6 +72,7 @@ impl Committer {
         stats: Arc<StoreStats>,
         sessions_dir: PathBuf,
         hub: Arc<Hub>,
+        pending: Arc<AtomicUsize>,
     ) -> Self {
         let sync_cost = Arc::new(SyncCost::default());
         let syncer = (settings.fsync == FsyncPolicy::Always && vfs.concurrent())
@@ -75,6 +83,7 @@ impl Committer {
             sync_cost,
             pipelining: false,
             handed_over: false,
+            pending,
             vfs,
             wal,
             settings,
@@ -91,95 +100,137 @@ impl Committer {
         }
     }
 
-    /// The body of the commit thread: serves `rx` until told to stop.
-    pub(crate) fn run(mut self, rx: Receiver<CommitMsg>) {
-        let period = Duration::from_millis(self.settings.fsync_interval_ms);
-        let mut batch: Vec<Append> = Vec::new();
+    /// The body of the commit thread: serves `rx` until told to stop. The committer is
+    /// shared with callers that commit an append themselves while the thread is idle
+    /// ([`Committer::commit_direct`]); the thread holds it for a turn at a time.
+    pub(crate) fn run(shared: Arc<Mutex<Committer>>, rx: Receiver<CommitMsg>) {
+        let lock = || shared.lock().unwrap_or_else(|p| p.into_inner());
         loop {
-            let wait = if self.unsynced && self.settings.fsync == FsyncPolicy::Interval {
-                period.saturating_sub(self.last_sync.elapsed())
-            } else {
-                Duration::from_secs(3600)
-            };
+            let wait = lock().next_wait();
             let first = match rx.recv_timeout(wait) {
                 Ok(msg) => msg,
                 Err(RecvTimeoutError::Timeout) => {
-                    self.sync_wal();
+                    lock().sync_wal();
                     continue;
                 }
                 Err(RecvTimeoutError::Disconnected) => {
-                    self.checkpoint();
+                    lock().checkpoint();
                     return;
                 }
             };
-            let mut shutdown = None;
-            let mut flushes = Vec::new();
-            let mut deletes = Vec::new();
-            let mut bytes = 0;
-            let mut next = Some(first);
-            while let Some(msg) = next.take() {
-                match msg {
-                    CommitMsg::Append(a) => {
-                        bytes += approx_len(&a.event);
-                        batch.push(a);
-                    }
-                    CommitMsg::Appends(all) => {
-                        bytes += all.iter().map(|a| approx_len(&a.event)).sum::<usize>();
-                        batch.extend(all);
-                    }
-                    CommitMsg::Flush { done } => flushes.push(done),
-                    CommitMsg::Shutdown { done } => shutdown = Some(done),
-                    CommitMsg::Delete {
-                        session,
-                        last_lsn,
-                        reason,
-                        done,
-                    } => deletes.push((session, last_lsn, reason, done)),
-                }
-                if shutdown.is_none()
-                    && flushes.is_empty()
-                    && deletes.is_empty()
-                    && batch.len() < MAX_BATCH_EVENTS
-                    && bytes < MAX_BATCH_BYTES
-                {
-                    next = rx.try_recv().ok();
-                }
-            }
-            if !batch.is_empty() {
-                self.commit(std::mem::take(&mut batch));
-            }
-            if !flushes.is_empty() || !deletes.is_empty() {
-                // Answered after every append before them is synced (and a delete sees the
-                // session's last LSN committed).
-                self.drain_syncs();
-            }
-            if !flushes.is_empty()
-                || (self.unsynced
-                    && self.settings.fsync == FsyncPolicy::Interval
-                    && self.last_sync.elapsed() >= period)
-            {
-                self.sync_wal();
-            }
-            for done in flushes {
-                let result = match &self.failed {
-                    None => Ok(()),
-                    Some(reason) => Err(StoreError::Failed {
-                        reason: reason.clone(),
-                    }),
-                };
-                let _ = done.send(result);
-            }
-            for (session, last_lsn, reason, done) in deletes {
-                let _ = done.send(self.delete(&session, last_lsn, reason));
-            }
-            if let Some(done) = shutdown {
-                self.checkpoint();
+            if let Some(done) = lock().turn(first, &rx) {
                 // Anything still queued is answered "shutting down" by dropping its Ack.
                 drop(rx);
                 drop(done);
                 return;
             }
         }
+    }
+
+    /// How long the thread may wait for the next message: until the interval sync is due.
+    fn next_wait(&self) -> Duration {
+        if self.unsynced && self.settings.fsync == FsyncPolicy::Interval {
+            let period = Duration::from_millis(self.settings.fsync_interval_ms);
+            period.saturating_sub(self.last_sync.elapsed())
+        } else {
+            Duration::from_secs(3600)
+        }
+    }
+
+    /// One turn of the thread: `first` and whatever is queued behind it, as one batch, then
+    /// the flushes, deletes and shutdown among them. Once told to stop: the one waiting.
+    fn turn(
+        &mut self,
+        first: CommitMsg,
+        rx: &Receiver<CommitMsg>,
+    ) -> Option<tokio::sync::oneshot::Sender<()>> {
+        let period = Duration::from_millis(self.settings.fsync_interval_ms);
+        let mut batch: Vec<Append> = Vec::new();
+        let mut shutdown = None;
+        let mut flushes = Vec::new();
+        let mut deletes = Vec::new();
+        let mut bytes = 0;
+        let mut next = Some(first);
+        while let Some(msg) = next.take() {
+            match msg {
+                CommitMsg::Append(a) => {
+                    bytes += approx_len(&a.event);
+                    batch.push(a);
+                }
+                CommitMsg::Appends(all) => {
+                    bytes += all.iter().map(|a| approx_len(&a.event)).sum::<usize>();
+                    batch.extend(all);
+                }
+                CommitMsg::Flush { done } => flushes.push(done),
+                CommitMsg::Shutdown { done } => shutdown = Some(done),
+                CommitMsg::Delete {
+                    session,
+                    last_lsn,
+                    reason,
+                    done,
+                } => deletes.push((session, last_lsn, reason, done)),
+            }
+            if shutdown.is_none()
+                && flushes.is_empty()
+                && deletes.is_empty()
+                && batch.len() < MAX_BATCH_EVENTS
+                && bytes < MAX_BATCH_BYTES
+            {
+                next = rx.try_recv().ok();
+            }
+        }
+        if !batch.is_empty() {
+            let appends = batch.len();
+            self.commit(batch);
+            self.pending.fetch_sub(appends, Release);
+        }
+        if !flushes.is_empty() || !deletes.is_empty() {
+            // Answered after every append before them is synced (and a delete sees the
+            // session's last LSN committed).
+            self.drain_syncs();
+        }
+        if !flushes.is_empty()
+            || (self.unsynced
+                && self.settings.fsync == FsyncPolicy::Interval
+                && self.last_sync.elapsed() >= period)
+        {
+            self.sync_wal();
+        }
+        for done in flushes {
+            let result = match &self.failed {
+                None => Ok(()),
+                Some(reason) => Err(StoreError::Failed {
+                    reason: reason.clone(),
+                }),
+            };
+            let _ = done.send(result);
+        }
+        for (session, last_lsn, reason, done) in deletes {
+            let _ = done.send(self.delete(&session, last_lsn, reason));
+        }
+        if shutdown.is_some() {
+            self.checkpoint();
+        }
+        shutdown
+    }
+
+    /// Commits one append on the caller's thread, as the commit thread would, when that saves
+    /// the hand-over: the caller made sure nothing is queued or being committed, and here
+    /// appends are synced one by one on a real disk (`fsync = "always"`; a simulated disk
+    /// keeps its one committing thread) and the WAL has room without a checkpoint. Gives the
+    /// append back otherwise (`None`: committed). While syncs are pipelined the caller only writes, and the sync
+    /// thread answers.
+    pub(crate) fn commit_direct(&mut self, append: Append) -> Option<Append> {
+        let direct = self.settings.fsync == FsyncPolicy::Always
+            && self.syncer.is_some()
+            && self.failed.is_none()
+            && self.wal.room() > 2 * approx_len(&append.event) + DIRECT_WAL_MARGIN;
+        if !direct {
+            return Some(append);
+        }
+        self.commit(vec![append]);
+        self.stats.direct_appends.fetch_add(1, Relaxed);
+        None
     }
 
     /// Waits for the sync thread to answer every batch handed to it, then takes in what a
