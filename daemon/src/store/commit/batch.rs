@@ -22,6 +22,10 @@ use crate::store::wal::Wal;
 
 impl Committer {
     pub(super) fn commit(&mut self, batch: Vec<Append>) {
+        self.lone_batches = match batch.len() {
+            1 => self.lone_batches.saturating_add(1),
+            _ => 0,
+        };
         // First: switching to inline syncs drains the sync thread, which may report a failure.
         let pipelined = self.choose_pipelining();
         self.take_sync_failure();

@@ -24,6 +24,8 @@ use crate::vfs::Vfs;
 const MAX_BATCH_EVENTS: usize = 4096;
 /// A batch stops growing past this many bytes.
 const MAX_BATCH_BYTES: usize = 8 << 20;
+/// Batches of one append in a row before a lone append may be committed by its caller.
+const LONE_BATCHES_BEFORE_DIRECT: u32 = 4;
 /// Room a direct commit leaves in the WAL: the checkpoint a full WAL needs (syncing every log
 /// written since the last one) stays the commit thread's.
 const DIRECT_WAL_MARGIN: usize = 64 << 10;
@@ -62,6 +64,10 @@ pub(crate) struct Committer {
     /// Appends queued to this thread or being committed, shared with the store: a caller
     /// commits directly only while it is zero.
     pub(super) pending: Arc<AtomicUsize>,
+    /// Batches of one append committed in a row: while writers are concurrent (batches of
+    /// several come along) their appends do better sharing a sync than waiting behind a lone
+    /// one's.
+    pub(super) lone_batches: u32,
 }
 
 impl Committer {
@@ -84,6 +90,7 @@ impl Committer {
             pipelining: false,
             handed_over: false,
             pending,
+            lone_batches: 0,
             vfs,
             wal,
             settings,
@@ -215,13 +222,15 @@ impl Committer {
     }
 
     /// Commits one append on the caller's thread, as the commit thread would, when that saves
-    /// the hand-over: the caller made sure nothing is queued or being committed, and here
-    /// appends are synced one by one on a real disk (`fsync = "always"`; a simulated disk
-    /// keeps its one committing thread) and the WAL has room without a checkpoint. Gives the
-    /// append back otherwise (`None`: committed). While syncs are pipelined the caller only writes, and the sync
-    /// thread answers.
+    /// the hand-over: the caller made sure nothing is queued or being committed, the last
+    /// batches were lone appends too (under concurrent writers, one committed here would hold
+    /// the others' batch back for its own sync), appends are synced one by one on a real disk
+    /// (`fsync = "always"`; a simulated disk keeps its one committing thread) and the WAL has
+    /// room without a checkpoint. Gives the append back otherwise (`None`: committed). While
+    /// syncs are pipelined the caller only writes, and the sync thread answers.
     pub(crate) fn commit_direct(&mut self, append: Append) -> Option<Append> {
         let direct = self.settings.fsync == FsyncPolicy::Always
+            && self.lone_batches >= LONE_BATCHES_BEFORE_DIRECT
             && self.syncer.is_some()
             && self.failed.is_none()
             && self.wal.room() > 2 * approx_len(&append.event) + DIRECT_WAL_MARGIN;
