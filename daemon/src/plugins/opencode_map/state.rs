@@ -135,11 +135,30 @@ impl<V, const MAX: usize> Bounded<V, MAX> {
 
     /// Sets `key`; true when that first forgot every other key.
     pub fn insert(&mut self, key: String, value: V) -> bool {
-        let forget = !self.0.contains_key(&key) && self.0.len() >= MAX;
+        let forgot = self.make_room(&key);
+        self.0.insert(key, value);
+        forgot
+    }
+
+    /// The entry of `key`, made if new (the Lua file's `call`).
+    pub fn note(&mut self, key: &str) -> &mut V
+    where
+        V: Default,
+    {
+        self.make_room(key);
+        self.0.entry(key.to_owned()).or_default()
+    }
+
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&String, &mut V)> {
+        self.0.iter_mut()
+    }
+
+    /// Forgets every key when `key` is new and the table is full; true if it did.
+    fn make_room(&mut self, key: &str) -> bool {
+        let forget = !self.0.contains_key(key) && self.0.len() >= MAX;
         if forget {
             self.0.clear();
         }
-        self.0.insert(key, value);
         forget
     }
 
@@ -310,28 +329,9 @@ pub(super) struct ToolCall {
     pub agent: Option<String>,
 }
 
-/// A session's tool calls since it last went idle.
-#[derive(Default)]
-pub(super) struct Calls(HashMap<String, ToolCall>);
-
-impl Calls {
-    pub fn get(&self, id: &str) -> Option<&ToolCall> {
-        self.0.get(id)
-    }
-
-    /// The call `id`, remembered from now on (the Lua file's `call`): past [`MAX_CALLS`],
-    /// every call remembered so far is forgotten.
-    pub fn note(&mut self, id: &str) -> &mut ToolCall {
-        if !self.0.contains_key(id) && self.0.len() >= MAX_CALLS {
-            self.0.clear();
-        }
-        self.0.entry(id.to_owned()).or_default()
-    }
-
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&String, &mut ToolCall)> {
-        self.0.iter_mut()
-    }
-}
+/// A session's tool calls since it last went idle: past [`MAX_CALLS`], every call remembered
+/// so far is forgotten.
+pub(super) type Calls = Bounded<ToolCall, MAX_CALLS>;
 
 /// A permission request: its event, and its tool call.
 pub(super) struct Perm {
