@@ -37,6 +37,8 @@ mod host_table;
 mod meta;
 #[cfg(test)]
 mod opencode_twin;
+#[cfg(test)]
+mod opencode_twin_bounds;
 mod output;
 mod sandbox;
 mod state;

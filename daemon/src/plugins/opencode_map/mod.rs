@@ -25,6 +25,10 @@ use serde_json::Value as Json;
 use super::native_builtin::Mapping;
 use call::{Config, Cx, Out};
 use state::{Lineage, Sessions};
+#[cfg(test)]
+pub(crate) use state::{
+    MAX_CALLS, MAX_MSGS, MAX_PARTS, MAX_PERMS, MAX_ROOTS, MAX_SESSIONS, MAX_TEXT_BYTES,
+};
 use value::Table;
 
 /// The mapping for `[plugins.lua.opencode]` (null, or an object).

@@ -9,19 +9,19 @@ use std::collections::HashMap;
 use serde_json::Value as Json;
 
 /// Sessions remembered per generation (two generations are kept).
-const MAX_SESSIONS: usize = 1024;
+pub(crate) const MAX_SESSIONS: usize = 1024;
 /// Lineage entries remembered per generation.
-const MAX_ROOTS: usize = 8192;
+pub(crate) const MAX_ROOTS: usize = 8192;
 /// Tool calls remembered per session between two idles.
-const MAX_CALLS: usize = 1024;
+pub(crate) const MAX_CALLS: usize = 1024;
 /// Parts (their stored text, their kind) remembered per session between two idles.
-const MAX_PARTS: usize = 4096;
+pub(crate) const MAX_PARTS: usize = 4096;
 /// Messages remembered per session between two idles.
-const MAX_MSGS: usize = 4096;
+pub(crate) const MAX_MSGS: usize = 4096;
 /// Permission requests awaiting their reply, per session between two idles.
-const MAX_PERMS: usize = 1024;
+pub(crate) const MAX_PERMS: usize = 1024;
 /// Bytes of stored part text remembered per session between two idles.
-const MAX_TEXT_BYTES: usize = 8 << 20;
+pub(crate) const MAX_TEXT_BYTES: usize = 8 << 20;
 // The Lua file's MAX_BUF (deltas buffered before they are joined) has no counterpart: each
 // delta is appended to the part's text as it comes.
 
