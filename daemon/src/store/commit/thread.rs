@@ -136,12 +136,17 @@ impl Committer {
 
     /// How long the thread may wait for the next message: until the interval sync is due.
     fn next_wait(&self) -> Duration {
-        if self.unsynced && self.settings.fsync == FsyncPolicy::Interval {
+        self.interval_sync_due_in()
+            .unwrap_or(Duration::from_secs(3600))
+    }
+
+    /// Under `fsync = "interval"` with appends not yet synced: how long until their sync is
+    /// due (zero: now).
+    fn interval_sync_due_in(&self) -> Option<Duration> {
+        (self.unsynced && self.settings.fsync == FsyncPolicy::Interval).then(|| {
             let period = Duration::from_millis(self.settings.fsync_interval_ms);
             period.saturating_sub(self.last_sync.elapsed())
-        } else {
-            Duration::from_secs(3600)
-        }
+        })
     }
 
     /// One turn of the thread: `first` and whatever is queued behind it, as one batch, then
@@ -151,7 +156,6 @@ impl Committer {
         first: CommitMsg,
         rx: &Receiver<CommitMsg>,
     ) -> Option<tokio::sync::oneshot::Sender<()>> {
-        let period = Duration::from_millis(self.settings.fsync_interval_ms);
         let mut batch: Vec<Append> = Vec::new();
         let mut shutdown = None;
         let mut flushes = Vec::new();
@@ -196,11 +200,7 @@ impl Committer {
             // session's last LSN committed).
             self.drain_syncs();
         }
-        if !flushes.is_empty()
-            || (self.unsynced
-                && self.settings.fsync == FsyncPolicy::Interval
-                && self.last_sync.elapsed() >= period)
-        {
+        if !flushes.is_empty() || self.interval_sync_due_in() == Some(Duration::ZERO) {
             self.sync_wal();
         }
         for done in flushes {
