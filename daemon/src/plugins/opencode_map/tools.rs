@@ -17,6 +17,20 @@ fn exit_ok(exit: Option<&Json>) -> bool {
     }
 }
 
+/// A completed call's outcome, as the after hook and the part's final state both report it:
+/// the exit code and truncation from the metadata `md`, output and title from `report` (the
+/// hook's output, or the part's state), and the task's subagent session if any.
+fn completed(md: Table, report: Table, child: Option<&str>) -> Payload {
+    let exit = md.get("exit");
+    Payload::default()
+        .with("ok", exit_ok(exit))
+        .with("exit", exit)
+        .with("output", report.get("output"))
+        .with("title", report.get("title"))
+        .with("truncated", md.get("truncated"))
+        .with("child_session_id", child)
+}
+
 /// What a running or finished call says of a task's subagent.
 fn note_child(c: Option<&mut ToolCall>, input: Table, metadata: Table) {
     let Some(c) = c else { return };
@@ -192,16 +206,9 @@ impl Session {
             Some(state @ ("completed" | "error")) => {
                 note_child(c.as_deref_mut(), input, md);
                 let (phase, fields) = if state == "completed" {
-                    let exit = md.get("exit");
                     let child = c.as_ref().and_then(|c| c.child.as_deref());
-                    let fields = Payload::default()
-                        .with("ok", exit_ok(exit))
-                        .with("exit", exit)
-                        .with("output", st.get("output"))
-                        .with("title", st.get("title"))
-                        .with("truncated", md.get("truncated"))
+                    let fields = completed(md, st, child)
                         .with("duration_ms", duration(st.table("time"))?)
-                        .with("child_session_id", child)
                         .with("message_id", mid)
                         .with("part_id", pid);
                     (Phase::Completed, fields)
@@ -278,17 +285,7 @@ impl<'r> Cx<'_, 'r> {
         }
         let md = output.table("metadata");
         note_child(c.as_deref_mut(), input.table("args"), md);
-        let exit = md.get("exit");
-        let fields = Payload::default()
-            .with("ok", exit_ok(exit))
-            .with("exit", exit)
-            .with("output", output.get("output"))
-            .with("title", output.get("title"))
-            .with("truncated", md.get("truncated"))
-            .with(
-                "child_session_id",
-                c.as_ref().and_then(|c| c.child.as_deref()),
-            );
+        let fields = completed(md, output, c.as_ref().and_then(|c| c.child.as_deref()));
         let phase = Phase::Completed;
         finished(&mut self.out, sid, turn, c, call_id, tool, phase, fields);
         Ok(())
