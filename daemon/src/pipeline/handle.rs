@@ -1,5 +1,5 @@
-//! The pipeline as the rest of the daemon holds it: [`Pipeline`] queues ingests for the
-//! worker, runs the filters for callers outside it, and tells which plugins and settings are
+//! The pipeline as the rest of the daemon holds it: [`Pipeline`] queues ingests for its
+//! threads, runs the filters for callers outside it, and tells which plugins and settings are
 //! in force. Starting it is `start`'s job, replacing what it runs under `reload`'s.
 
 use std::sync::atomic::AtomicU64;
@@ -11,12 +11,14 @@ use tokio::sync::{mpsc, watch};
 use super::draft::{Draft, object};
 use super::filter::process;
 use super::ingest::{Ingest, IngestError};
+use super::route::shard;
 use super::settings::PipelineSettings;
 use crate::config_feed::ConfigFeed;
 use crate::plugins::PluginSet;
 
 pub struct Pipeline {
-    pub(super) queue: mpsc::Sender<Ingest>,
+    /// One queue per pipeline thread; an ingest goes to its session's (see `route`).
+    pub(super) queues: Vec<mpsc::Sender<Ingest>>,
     pub(super) plugins: watch::Sender<Arc<PluginSet>>,
     /// Where the settings come from: a reload reads the file again through it.
     pub(super) feed: Arc<ConfigFeed>,
@@ -41,7 +43,13 @@ impl Pipeline {
 
     /// Queues a raw event; `ingest.done` is called once it is stored (or refused).
     pub async fn ingest(&self, ingest: Ingest) {
-        if let Err(mpsc::error::SendError(i)) = self.queue.send(ingest).await {
+        let thread = shard(
+            self.queues.len(),
+            &ingest.source,
+            ingest.session_id.as_deref(),
+            &ingest.raw,
+        );
+        if let Err(mpsc::error::SendError(i)) = self.queues[thread].send(ingest).await {
             (i.done)(Err(IngestError::Stopped));
         }
     }

@@ -1,4 +1,4 @@
-//! The pipeline's thread (`dstream-pipeline`): takes ingests in turn from a [`FairQueue`],
+//! A pipeline thread (`dstream-pipe-N`): takes ingests in turn from a [`FairQueue`],
 //! parses each and runs its mapping plugin, then has the [`Worker`] filter, decide and append
 //! the events it made, one ingest at a time, so each session's events are stored in the
 //! order their hooks fired.

@@ -1,5 +1,5 @@
-//! Starting the pipeline: loads the plugins, then starts its thread (the map stage, which
-//! hands each mapped ingest to the worker's steps) and the `on_event` observer. Apart from the handle so that the worker and the observer, which
+//! Starting the pipeline: loads the plugins, then starts its threads (each a map stage, which
+//! hands each mapped ingest to its worker's steps; one per core, see `route`) and the `on_event` observer. Apart from the handle so that the worker and the observer, which
 //! hold the handle weakly, do not import the file that starts them.
 
 use std::sync::atomic::AtomicU64;
@@ -11,6 +11,7 @@ use super::handle::Pipeline;
 use super::joins::JoinMemory;
 use super::map_stage::MapStage;
 use super::observe::observe;
+use super::route::thread_count;
 use super::settings::PipelineSettings;
 use super::worker::Worker;
 use crate::budget::Budgets;
@@ -21,7 +22,7 @@ use crate::plugins::PluginSet;
 use crate::plugins::{PLUGIN_STACK_BYTES, allow_inline_calls};
 use crate::store::Store;
 
-/// Ingests waiting for the pipeline thread; past it, `ingest` waits (each one is also
+/// Ingests waiting for each pipeline thread; past it, `ingest` waits (each one is also
 /// charged to the clients' memory budget by the socket layer).
 const QUEUE: usize = 1024;
 
@@ -50,9 +51,11 @@ impl Pipeline {
             "plugins loaded"
         );
         let (plugins, _) = watch::channel(set);
-        let (queue, rx) = mpsc::channel(QUEUE);
+        let threads = thread_count();
+        let (queues, receivers): (Vec<_>, Vec<_>) =
+            (0..threads).map(|_| mpsc::channel(QUEUE)).unzip();
         let pipeline = Arc::new(Pipeline {
-            queue,
+            queues,
             plugins,
             feed,
             settings: Mutex::new(settings.clone()),
@@ -62,25 +65,26 @@ impl Pipeline {
             redact,
             tool_index: Arc::default(),
         });
-        let worker = Worker {
-            store,
-            checkpoints,
-            budgets,
-            pipeline: Arc::downgrade(&pipeline),
-            joins: JoinMemory::default(),
-            tool_index: pipeline.tool_index.clone(),
-        };
-        let stage = MapStage {
-            plugins: pipeline.plugins.subscribe(),
-            worker,
-        };
-        std::thread::Builder::new()
-            .name("dstream-pipeline".into())
-            .stack_size(PLUGIN_STACK_BYTES)
-            .spawn(move || {
-                allow_inline_calls();
-                stage.run(rx)
-            })?;
+        for (n, rx) in receivers.into_iter().enumerate() {
+            let stage = MapStage {
+                plugins: pipeline.plugins.subscribe(),
+                worker: Worker {
+                    store: store.clone(),
+                    checkpoints: checkpoints.clone(),
+                    budgets: budgets.clone(),
+                    pipeline: Arc::downgrade(&pipeline),
+                    joins: JoinMemory::default(),
+                    tool_index: pipeline.tool_index.clone(),
+                },
+            };
+            std::thread::Builder::new()
+                .name(format!("dstream-pipe-{n}"))
+                .stack_size(PLUGIN_STACK_BYTES)
+                .spawn(move || {
+                    allow_inline_calls();
+                    stage.run(rx)
+                })?;
+        }
         tokio::spawn(observe(
             hub,
             pipeline.plugins.subscribe(),
