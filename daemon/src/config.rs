@@ -99,6 +99,8 @@ pub struct PluginsConfig {
     pub dir: PathBuf,
     pub disabled: Vec<String>,
     pub keep_raw: bool,
+    /// 0: chosen from the cores (see `pipeline::route`).
+    pub pipeline_threads: usize,
     pub call_timeout_ms: u64,
     pub instruction_budget: u64,
     pub memory_bytes: usize,

@@ -1,4 +1,5 @@
-//! Concurrent writers and subscribers on one session; a subscriber that never reads.
+//! Concurrent writers and subscribers on one session; a subscriber that never reads; many
+//! sessions ingested side by side on several pipeline threads.
 #![cfg(unix)]
 
 use std::path::PathBuf;
@@ -353,4 +354,98 @@ fn a_subscriber_that_never_reads_does_not_stall_writers() {
         "{}",
         last["events"][0]["lsn"]
     );
+}
+
+/// Sessions ingested side by side on several pipeline threads: each session's events are
+/// stored in the order its client sent them, whether or not the client named the session (the
+/// daemon then reads it from the event), and every tool result names its request as its cause.
+#[test]
+fn many_sessions_ingested_on_several_pipeline_threads_keep_their_order_and_joins() {
+    const SESSIONS: usize = 12;
+    const CALLS: usize = 40;
+    let d = Daemon::start_with("[plugins]\npipeline_threads = 3\n");
+    let pipes = d
+        .thread_names()
+        .into_iter()
+        .filter(|n| n.starts_with("dstream-pipe-"))
+        .count();
+    assert_eq!(pipes, 3, "{:?}", d.thread_names());
+    let barrier = Arc::new(Barrier::new(SESSIONS));
+    let sessions: Vec<_> = (0..SESSIONS)
+        .map(|s| {
+            let mut c = d.client();
+            let barrier = barrier.clone();
+            thread::spawn(move || {
+                let session = format!("pipes-{s}");
+                barrier.wait();
+                // Every call's request and result, all in flight at once on one connection;
+                // every other ingest leaves the session for the daemon to read from the event.
+                let ids: Vec<u64> = (0..CALLS)
+                    .flat_map(|i| {
+                        let call = format!("toolu_{s}_{i}");
+                        let pre = dstream_tests::claude_pre_tool_use(&session, &call, "ls");
+                        let mut post = pre.clone();
+                        post["hook_event_name"] = json!("PostToolUse");
+                        post["tool_response"] = json!({"stdout": format!("out {i}"), "stderr": ""});
+                        [pre, post]
+                    })
+                    .enumerate()
+                    .map(|(n, event)| {
+                        let mut params = json!({"source": "claude-code", "event": event});
+                        if n % 2 == 0 {
+                            params["session_id"] = json!(session);
+                        }
+                        c.send("ingest", params)
+                    })
+                    .collect();
+                for id in ids {
+                    c.wait_response(id).unwrap();
+                }
+                session
+            })
+        })
+        .collect();
+    let mut c = d.client();
+    for s in sessions {
+        let session = s.join().unwrap();
+        let events = c.ok("read", json!({"session_id": session, "limit": 1000}))["events"]
+            .as_array()
+            .unwrap()
+            .clone();
+        let calls: Vec<&dstream_tests::serde_json::Value> = events
+            .iter()
+            .filter(|e| {
+                e["type"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("execution.tool_"))
+            })
+            .collect();
+        assert_eq!(calls.len(), 2 * CALLS, "{session}: {events:?}");
+        for (i, pair) in calls.chunks(2).enumerate() {
+            let call = format!("toolu_{}_{i}", &session["pipes-".len()..]);
+            let (request, result) = (pair[0], pair[1]);
+            assert_eq!(
+                request["type"], "execution.tool_use",
+                "{session} #{i}: {request}"
+            );
+            assert_eq!(
+                request["payload"]["tool_use_id"],
+                call.as_str(),
+                "{session} #{i}"
+            );
+            assert_eq!(
+                result["type"], "execution.tool_result",
+                "{session} #{i}: {result}"
+            );
+            assert_eq!(
+                result["payload"]["tool_use_id"],
+                call.as_str(),
+                "{session} #{i}"
+            );
+            assert_eq!(
+                result["causation_id"], request["id"],
+                "{session} #{i}: the result does not name its request"
+            );
+        }
+    }
 }

@@ -28,9 +28,9 @@ fn tokio_workers() -> u64 {
     }
 }
 
-/// The pipeline's threads: one per core, at most 4 (pipeline/route.rs).
+/// The pipeline's threads by default: one per two cores, at most 4 (pipeline/route.rs).
 fn pipeline_threads() -> u64 {
-    std::thread::available_parallelism().map_or(1, |n| n.get().min(4) as u64)
+    (std::thread::available_parallelism().map_or(1, |n| n.get()) / 2).clamp(1, 4) as u64
 }
 
 /// Fails the test if the daemon runs more threads than its workers and fixed threads.

@@ -7,7 +7,7 @@
 //! so that a tool result can name its request as its cause; then the store's one commit
 //! path) → **observe** (plugins' `on_event` read the daemon-wide stream of committed events).
 //!
-//! One thread per core (at most 4) runs the ingests, each thread those of the sessions that
+//! One thread per two cores (at most 4; `[plugins] pipeline_threads`) runs the ingests, each thread those of the sessions that
 //! hash to it (`route`), in arrival order, so the events of a session are stored in the order
 //! their hooks fired; plugins run on it when their state is free, else on their
 //! own threads (see [`crate::plugins`]), never on the async workers. The failure policy (ARCHITECTURE.md):

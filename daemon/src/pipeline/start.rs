@@ -51,7 +51,7 @@ impl Pipeline {
             "plugins loaded"
         );
         let (plugins, _) = watch::channel(set);
-        let threads = thread_count();
+        let threads = thread_count(feed.current().plugins.pipeline_threads);
         let (queues, receivers): (Vec<_>, Vec<_>) =
             (0..threads).map(|_| mpsc::channel(QUEUE)).unzip();
         let pipeline = Arc::new(Pipeline {
