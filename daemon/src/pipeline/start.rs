@@ -1,6 +1,7 @@
 //! Starting the pipeline: loads the plugins, then starts its threads (each a map stage, which
-//! hands each mapped ingest to its worker's steps; one per core, see `route`) and the `on_event` observer. Apart from the handle so that the worker and the observer, which
-//! hold the handle weakly, do not import the file that starts them.
+//! hands each mapped ingest to its worker's steps; how many: `route`) and the `on_event`
+//! observer. Apart from the handle so that the worker and the observer, which hold the handle
+//! weakly, do not import the file that starts them.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
