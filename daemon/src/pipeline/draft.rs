@@ -3,6 +3,7 @@
 //! request rescued from a raw event the mapping lost. Apart from the steps that use them
 //! so that every step builds them the same way.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde_json::value::RawValue;
@@ -62,16 +63,26 @@ pub(super) fn object(v: Json) -> Map<String, Json> {
 /// The session an event goes to when its mapping names none: the one the caller gave, else
 /// the raw event's own `session_id`, else one per source.
 pub(super) fn fallback_session(source: &str, given: Option<&str>, raw: &Json) -> String {
+    fallback_session_with(source, given, || {
+        raw.get("session_id")
+            .and_then(Json::as_str)
+            .map(Cow::Borrowed)
+    })
+}
+
+/// [`fallback_session`], with the raw event's own `session_id` read by `own` only when the
+/// caller gave none that is valid (the pipeline's router reads it from the unparsed text).
+pub(super) fn fallback_session_with<'r>(
+    source: &str,
+    given: Option<&str>,
+    own: impl FnOnce() -> Option<Cow<'r, str>>,
+) -> String {
     let valid = |s: &str| dstream_sdk::validate_session_id(s).is_ok();
     if let Some(s) = given.filter(|s| valid(s)) {
         return s.to_string();
     }
-    if let Some(s) = raw
-        .get("session_id")
-        .and_then(Json::as_str)
-        .filter(|s| valid(s))
-    {
-        return s.to_string();
+    if let Some(s) = own().filter(|s| valid(s)) {
+        return s.into_owned();
     }
     format!("{source}-unassigned")
 }

@@ -9,6 +9,8 @@ use std::hash::{Hash, Hasher};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::draft::fallback_session_with;
+
 /// The most pipeline threads chosen from the cores: each keeps its own join memory and
 /// allocator arena, and past a few the commit thread, not the pipeline, sets the pace.
 const MAX_AUTO_THREADS: usize = 4;
@@ -28,22 +30,15 @@ pub(super) fn thread_count(configured: usize) -> usize {
 }
 
 /// The thread (of `threads`) for an ingest. The key is the session its events fall back to
-/// (see `draft::fallback_session`): the hint the client gave if valid, else the raw event's
-/// own `session_id` if valid, else `<source>-unassigned`; so a session's ingests meet on one
-/// thread whether or not their client named it.
+/// (`draft::fallback_session`: the hint the client gave if valid, else the raw event's own
+/// `session_id` if valid, else one per source), so a session's ingests meet on one thread
+/// whether or not their client named it.
 pub(super) fn shard(threads: usize, source: &str, hint: Option<&str>, raw: &RawValue) -> usize {
     if threads <= 1 {
         return 0;
     }
-    let valid = |s: &str| dstream_sdk::validate_session_id(s).is_ok();
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    match hint.filter(|s| valid(s)) {
-        Some(s) => s.hash(&mut h),
-        None => match own_session(raw).filter(|s| valid(s)) {
-            Some(s) => (*s).hash(&mut h),
-            None => format!("{source}-unassigned").hash(&mut h),
-        },
-    }
+    fallback_session_with(source, hint, || own_session(raw)).hash(&mut h);
     (h.finish() % threads as u64) as usize
 }
 

@@ -38,7 +38,8 @@ impl Pipeline {
         feed: Arc<ConfigFeed>,
         redact: Arc<crate::redact::Shared>,
     ) -> std::io::Result<Arc<Pipeline>> {
-        let settings = PipelineSettings::from_config(&feed.current());
+        let config = feed.current();
+        let settings = PipelineSettings::from_config(&config);
         if let Err(e) = std::fs::create_dir_all(&settings.plugins.dir) {
             tracing::warn!(dir = %settings.plugins.dir.display(), error = %e, "cannot create the plugin folder");
         }
@@ -52,7 +53,7 @@ impl Pipeline {
             "plugins loaded"
         );
         let (plugins, _) = watch::channel(set);
-        let threads = thread_count(feed.current().plugins.pipeline_threads);
+        let threads = thread_count(config.plugins.pipeline_threads);
         let (queues, receivers): (Vec<_>, Vec<_>) =
             (0..threads).map(|_| mpsc::channel(QUEUE)).unzip();
         let pipeline = Arc::new(Pipeline {
