@@ -1306,33 +1306,49 @@ impl Bench<'_> {
         }
         sync_disk();
         self.reference_same_bodies(&s, ref_bin, events)?;
-        let (rdir, rs) = self.reference(ref_bin, "ref-relay-")?;
-        let (server, _, addr) = rs.start()?;
-        let config = format!(
-            "{FSYNC_ALWAYS}\n[relay]\nurl = \"http://{addr}/v1/stream\"\nprefix = \"bench\"\nbatch_max_events = {RELAY_BATCH}\nbatch_max_bytes = 4194304"
-        );
-        let (d, _) = s.start(&config)?;
-        let caught_up = relay::catch_up(
-            &s.socket(),
-            d.pid(),
-            "backlog",
-            events,
-            Duration::from_secs(900),
-        );
-        let latency = caught_up.as_ref().ok().map(|_| {
-            relay::live_latency(
+        // Best of three, like the reference column: both rates follow the reference server's
+        // syncs, and one run of either moved by a third from one run to the next. Each round
+        // relays the whole backlog again, to a fresh server, from an empty ledger.
+        let (mut rate, mut peak, mut latency): (f64, f64, _) = (0.0, 0.0, None);
+        let mut rates = Vec::new();
+        for round in 0..3 {
+            sync_disk();
+            let relay_state = s.data_dir().join("relay");
+            if relay_state.exists() {
+                std::fs::remove_dir_all(&relay_state)?;
+            }
+            let (rdir, rs) = self.reference(ref_bin, "ref-relay-")?;
+            let (server, _, addr) = rs.start()?;
+            let config = format!(
+                "{FSYNC_ALWAYS}\n[relay]\nurl = \"http://{addr}/v1/stream\"\nprefix = \"bench\"\nbatch_max_events = {RELAY_BATCH}\nbatch_max_bytes = 4194304"
+            );
+            let (d, _) = s.start(&config)?;
+            let caught_up = relay::catch_up(
                 &s.socket(),
-                &addr,
-                "/v1/stream/bench/live",
-                "live",
-                RELAY_LIVE_EVENTS,
-            )
-        });
-        d.stop()?;
-        server.stop()?;
-        let (took, peak) = caught_up?;
-        let rate = events as f64 / took.as_secs_f64();
-        eprintln!("bench:   {rate:.0} events/s, peak RSS {peak:.1} MB");
+                d.pid(),
+                "backlog",
+                events,
+                Duration::from_secs(900),
+            );
+            // The latency to a live reader once, after the last round's catch-up.
+            if round == 2 && caught_up.is_ok() {
+                latency = Some(relay::live_latency(
+                    &s.socket(),
+                    &addr,
+                    "/v1/stream/bench/live",
+                    "live",
+                    RELAY_LIVE_EVENTS,
+                ));
+            }
+            d.stop()?;
+            server.stop()?;
+            drop(rdir);
+            let (took, round_peak) = caught_up?;
+            rates.push(events as f64 / took.as_secs_f64());
+            rate = rate.max(events as f64 / took.as_secs_f64());
+            peak = peak.max(round_peak);
+        }
+        eprintln!("bench:   {rates:.0?} events/s, peak RSS {peak:.1} MB");
         self.ours.insert("relay/rate", rate);
         self.ours.insert("relay/rss", peak);
         if let Some(l) = latency {
@@ -1345,7 +1361,7 @@ impl Bench<'_> {
             p.p50.map(|v| self.ours.insert("relay/p50", v));
             p.p99.map(|v| self.ours.insert("relay/p99", v));
         }
-        drop((dir, rdir));
+        drop(dir);
         sync_disk();
         Ok(())
     }
@@ -1906,13 +1922,13 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
     }
     let backlog = get(ours, "relay/rate").map_or("–".into(), |_| thousands(o.events));
     t.add(
-        format!("relay of a {backlog}-event backlog from the log to the reference server on loopback, events/s ({RELAY_BATCH}-event batches, one in flight, each in the durable ledger before it leaves; reference column: a client POSTing the same-size batches from memory to the same server)"),
+        format!("relay of a {backlog}-event backlog from the log to the reference server on loopback, events/s, best of 3 runs from an empty ledger to a fresh server ({RELAY_BATCH}-event batches, one in flight, each in the durable ledger before it leaves; reference column: a client POSTing the same-size batches from memory to the same server)"),
         get(ours, "relay/rate"),
         get(theirs, "bulk/s"),
         Better::Higher,
     );
     t.add(
-        "… the same relay, against a client POSTing the very bodies the relay sends (its stored events, envelope included) from memory to a fresh reference server, best of 3, events/s",
+        "… the same relay, against a client POSTing the very bodies the relay sends (its stored events, envelope included) from memory to a fresh reference server, best of 3 on both sides, events/s",
         get(ours, "relay/rate"),
         get(theirs, "relay/same_bodies"),
         Better::Higher,
