@@ -1344,8 +1344,9 @@ impl Bench<'_> {
             server.stop()?;
             drop(rdir);
             let (took, round_peak) = caught_up?;
-            rates.push(events as f64 / took.as_secs_f64());
-            rate = rate.max(events as f64 / took.as_secs_f64());
+            let round_rate = events as f64 / took.as_secs_f64();
+            rates.push(round_rate);
+            rate = rate.max(round_rate);
             peak = peak.max(round_peak);
         }
         eprintln!("bench:   {rates:.0?} events/s, peak RSS {peak:.1} MB");
