@@ -7,10 +7,11 @@
 //! so that a tool result can name its request as its cause; then the store's one commit
 //! path) → **observe** (plugins' `on_event` read the daemon-wide stream of committed events).
 //!
-//! One thread per two cores (at most 4; `[plugins] pipeline_threads`) runs the ingests, each thread those of the sessions that
-//! hash to it (`route`), in arrival order, so the events of a session are stored in the order
-//! their hooks fired; plugins run on it when their state is free, else on their
-//! own threads (see [`crate::plugins`]), never on the async workers. The failure policy (ARCHITECTURE.md):
+//! One thread per two cores (at most 4; `[plugins] pipeline_threads`) runs the ingests, each
+//! thread those of the sessions that hash to it (`route`), in arrival order, so the events of
+//! a session are stored in the order their hooks fired; plugins run on it when their state is
+//! free, else on their own threads (see [`crate::plugins`]), never on the async workers. The
+//! failure policy (ARCHITECTURE.md):
 //! a failing `map` stores the raw event as `unmapped` plus a `plugin.error`; a failing
 //! `process` passes the event on unchanged; a failing `decide` counts as "deny" (what cannot
 //! be evaluated counts as its strictest outcome); nothing the
@@ -20,7 +21,8 @@
 //! The parts, one job each (none imports from this file; each imports the siblings it uses):
 //! - `ingest`: what comes in (an [`Ingest`]) and how its outcome goes back;
 //! - `handle`: the [`Pipeline`] the rest of the daemon holds, `route` which thread an ingest
-//!   goes to; `start` starts the threads and the observer, `settings` + `reload` are what it runs under and how that is replaced;
+//!   goes to; `start` starts the threads and the observer, `settings` + `reload` are what it
+//!   runs under and how that is replaced;
 //! - `map_stage`: the thread, one ingest at a time from a `fair` queue, through `map`;
 //! - `worker`: then each mapped ingest through `filter` → `verdict` (with `decide`) →
 //!   `append` (with `joins`);

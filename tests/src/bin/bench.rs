@@ -1309,8 +1309,7 @@ impl Bench<'_> {
         // Best of three, like the reference column: both rates follow the reference server's
         // syncs, and one run of either moved by a third from one run to the next. Each round
         // relays the whole backlog again, to a fresh server, from an empty ledger.
-        let (mut rate, mut peak, mut latency): (f64, f64, _) = (0.0, 0.0, None);
-        let mut rates = Vec::new();
+        let (mut rates, mut peak, mut latency) = (Vec::new(), 0.0f64, None);
         for round in 0..3 {
             sync_disk();
             let relay_state = s.data_dir().join("relay");
@@ -1344,11 +1343,10 @@ impl Bench<'_> {
             server.stop()?;
             drop(rdir);
             let (took, round_peak) = caught_up?;
-            let round_rate = events as f64 / took.as_secs_f64();
-            rates.push(round_rate);
-            rate = rate.max(round_rate);
+            rates.push(events as f64 / took.as_secs_f64());
             peak = peak.max(round_peak);
         }
+        let rate = rates.iter().copied().fold(0.0, f64::max);
         eprintln!("bench:   {rates:.0?} events/s, peak RSS {peak:.1} MB");
         self.ours.insert("relay/rate", rate);
         self.ours.insert("relay/rss", peak);
