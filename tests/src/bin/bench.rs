@@ -2115,13 +2115,13 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
         Better::Lower,
     );
     t.add(
-        "RSS under load MB (max during C=16, 16 sessions, durable)",
+        "RSS under load MB (max over the measured window of C=16, 16 sessions, durable)",
         get(ours, "rss/load"),
         get(theirs, "rss/load"),
         Better::Lower,
     );
     t.add(
-        "RSS under load, anonymous only MB (max during C=16, 16 sessions, durable)",
+        "RSS under load, anonymous only MB (max over the measured window of C=16, 16 sessions, durable)",
         get(ours, "rss/load_anon"),
         get(theirs, "rss/load_anon"),
         Better::Lower,

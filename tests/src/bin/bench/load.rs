@@ -209,8 +209,9 @@ pub struct LoadResult {
 }
 
 /// Runs all connections for `warmup + measure`; only appends started after the warm-up count.
-/// When `rss_pid` is given, samples that process's RSS and RssAnon every 50 ms and keeps the
-/// maxima.
+/// When `rss_pid` is given, samples that process's RSS and RssAnon every 50 ms over the measured
+/// window and keeps the maxima: what the server holds while it serves the load, not what its
+/// start-up held before it settled (the load begins right after the server answers).
 /// `probe` runs (on its own thread) when the measured window opens and when it closes; both
 /// snapshots are returned, so that server counters can be read as deltas over the window.
 pub fn closed_loop<T: Send>(
@@ -241,6 +242,7 @@ pub fn closed_loop<T: Send>(
                     }
                 };
                 let (mut rss, mut anon) = (None::<f64>, None::<f64>);
+                std::thread::sleep(t_measure.saturating_duration_since(Instant::now()));
                 while !done.load(Ordering::Relaxed) {
                     keep(&mut rss, rss_mb(pid));
                     keep(&mut anon, rss_anon_mb(pid));
