@@ -13,10 +13,13 @@
 //   node scripts/hot-code.mjs            # needs valgrind (Debian package valgrind)
 //
 // How: the daemon runs under callgrind; its counters are dumped once it answers `hello`
-// (start-up), after a load of every common request (appends from 16 connections over 16
-// sessions and pipelined, ingests of the captured agent payloads, reads, a live subscriber),
-// after an idle spell (the search index catching up, timers), and at exit. Functions of the
-// binary with any cost after start-up are listed: the load's by cost, then the rest.
+// (start-up), after it has settled (the search index opened on its own thread, start-up's code
+// given back, the `hello` connection closed), after a quiet spell with no client, after a load
+// of every common request (appends from 16 connections over 16 sessions and pipelined, ingests
+// of the captured agent payloads, reads, a live subscriber), after an idle spell (the search
+// index catching up, timers), and at exit. Functions of the binary with any cost after start-up
+// are listed: what the quiet spell and the settling ran first, so that an idle daemon touches
+// few pages, then the load's by cost, then the rest.
 
 import { spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
@@ -29,6 +32,7 @@ const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const bin = path.resolve(process.env.DSTREAM_BIN ?? path.join(repo, "target/release/dstream"));
 const out = path.join(repo, "daemon/hot-code.order");
 const LOAD_SECONDS = Number(process.env.HOT_CODE_LOAD_SECONDS ?? 60);
+const QUIET_SECONDS = 5;
 const IDLE_SECONDS = 15;
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -186,9 +190,13 @@ async function main() {
   }
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "dstream-hot-code-"));
   const socket = path.join(dir, "d.sock");
-  const dumps = path.join(dir, "cg");
+  // Dumps in a folder of their own: the daemon watches its configuration's and plugins' folders,
+  // and would count every dump written next to them as work.
+  fs.mkdirSync(path.join(dir, "dumps"));
+  const dumps = path.join(dir, "dumps", "cg");
   // The embedded defaults only: no user configuration or plugins.
-  const config = path.join(dir, "config.toml");
+  fs.mkdirSync(path.join(dir, "config"));
+  const config = path.join(dir, "config", "config.toml");
   fs.writeFileSync(config, "");
   fs.mkdirSync(path.join(dir, "plugins"));
   const daemon = spawn(
@@ -228,6 +236,10 @@ async function main() {
     }
   }
   dump("startup");
+  await sleep(QUIET_SECONDS * 1000);
+  dump("settled");
+  await sleep(QUIET_SECONDS * 1000);
+  dump("quiet");
   console.error(`hot-code: load for ${LOAD_SECONDS} s`);
   await load(socket, LOAD_SECONDS);
   dump("load");
@@ -236,10 +248,11 @@ async function main() {
   daemon.kill("SIGTERM");
   await new Promise((r) => daemon.on("exit", r));
 
-  const files = fs.readdirSync(dir).filter((f) => f.startsWith("cg"));
+  const files = fs.readdirSync(path.dirname(dumps));
   const byPart = (n) => files.find((f) => f === `cg.${n}`);
-  // Dumps are numbered in order: 1 start-up, 2 load, 3 idle; the last (unnumbered) is exit.
-  const phases = [byPart(2), byPart(3), "cg"].filter(Boolean).map((f) => costs(path.join(dir, f)));
+  // Dumps are numbered in order: 1 start-up, 2 settling, 3 quiet, 4 load, 5 idle; the last
+  // (unnumbered) is exit.
+  const phases = [byPart(3), byPart(2), byPart(4), byPart(5), "cg"].filter(Boolean).map((f) => costs(path.join(path.dirname(dumps), f)));
   const order = [];
   const seen = new Set();
   for (const phase of phases) {

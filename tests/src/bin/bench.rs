@@ -545,7 +545,37 @@ impl Bench<'_> {
             self.ours.insert("rss/idle_anon", v);
         }
         d.stop()?;
+        self.hot_code_found(bin);
         Ok(())
+    }
+
+    /// How many functions of `daemon/hot-code.order` the binary has: the release build packs
+    /// them together (see daemon/build.rs), and a list whose names went stale (a new toolchain
+    /// or dependency) packs nothing, which only the memory rows would otherwise show.
+    fn hot_code_found(&mut self, bin: &Path) {
+        let order = Path::new(env!("CARGO_MANIFEST_DIR")).join("../daemon/hot-code.order");
+        let Ok(listed) = std::fs::read_to_string(&order) else {
+            return;
+        };
+        let Ok(out) = Command::new("nm").arg("--defined-only").arg(bin).output() else {
+            return;
+        };
+        let names: std::collections::HashSet<&str> = std::str::from_utf8(&out.stdout)
+            .unwrap_or("")
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(2))
+            .collect();
+        let listed: Vec<&str> = listed.lines().filter(|l| !l.is_empty()).collect();
+        let found = listed.iter().filter(|n| names.contains(*n)).count();
+        self.ours.insert("hotcode/found", found as f64);
+        self.theirs.insert("hotcode/found", listed.len() as f64);
+        if found * 10 < listed.len() * 9 {
+            self.notes.push(format!(
+                "only {found} of the {} functions in daemon/hot-code.order are in the binary: \
+                 the list is stale (`node scripts/hot-code.mjs` writes it again)",
+                listed.len()
+            ));
+        }
     }
 
     fn reference_idle_rss(&mut self, bin: &Path) -> Result<()> {
@@ -2125,6 +2155,12 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
         get(ours, "rss/load_anon"),
         get(theirs, "rss/load_anon"),
         Better::Lower,
+    );
+    t.add(
+        "functions of daemon/hot-code.order in the daemon binary, packed at the start of its code by the release build (reference column: how many the list names)",
+        get(ours, "hotcode/found"),
+        get(theirs, "hotcode/found"),
+        Better::Higher,
     );
 
     let header = format!(
