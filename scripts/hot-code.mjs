@@ -145,12 +145,13 @@ async function load(socket, seconds) {
     }
     c.socket.end();
   };
-  const sources = { "claude-code": "claude-code", opencode: "opencode", "claude-agent-sdk": "claude-agent-sdk" };
+  // Each source's captured payloads are in tests/fixtures/<source>/.
+  const sources = ["claude-code", "opencode", "claude-agent-sdk"];
   const tasks = [];
   for (let k = 0; k < 16; k++) tasks.push(appender(k));
   for (let k = 0; k < 2; k++) tasks.push(pipelined(k));
-  for (const [source, dir] of Object.entries(sources)) {
-    const events = fixtures(dir);
+  for (const source of sources) {
+    const events = fixtures(source);
     for (let k = 0; k < 2; k++) tasks.push(ingester(k, source, events));
   }
   for (let k = 0; k < 2; k++) tasks.push(reader(k));

@@ -73,6 +73,9 @@ const IMPORT_SESSIONS: usize = 50;
 const IMPORT_TURNS: usize = 50;
 /// Events per relay POST in the relay benchmark, and single events timed to a live reader.
 const RELAY_BATCH: u64 = 1000;
+/// Runs of the relay and of its from-memory reference: both follow the reference server's
+/// syncs, which move a third from one run to the next, so each row is the best of these.
+const RELAY_ROUNDS: usize = 3;
 const RELAY_LIVE_EVENTS: u64 = 300;
 /// Timed runs of `dstream hook claude-code` (and of the one-shot C client), and rounds of
 /// captured payloads ingested to measure each mapping plugin.
@@ -255,6 +258,7 @@ fn run() -> Result<()> {
     if wants("rss") {
         if let Some(bin) = d {
             b.dstream_idle_rss(bin)?;
+            b.hot_code_found(bin, &repo);
         }
         if let Some(bin) = r {
             b.reference_idle_rss(bin)?;
@@ -545,15 +549,14 @@ impl Bench<'_> {
             self.ours.insert("rss/idle_anon", v);
         }
         d.stop()?;
-        self.hot_code_found(bin);
         Ok(())
     }
 
     /// How many functions of `daemon/hot-code.order` the binary has: the release build packs
     /// them together (see daemon/build.rs), and a list whose names went stale (a new toolchain
     /// or dependency) packs nothing, which only the memory rows would otherwise show.
-    fn hot_code_found(&mut self, bin: &Path) {
-        let order = Path::new(env!("CARGO_MANIFEST_DIR")).join("../daemon/hot-code.order");
+    fn hot_code_found(&mut self, bin: &Path, repo: &Path) {
+        let order = repo.join("daemon/hot-code.order");
         let Ok(listed) = std::fs::read_to_string(&order) else {
             return;
         };
@@ -1336,11 +1339,9 @@ impl Bench<'_> {
         }
         sync_disk();
         self.reference_same_bodies(&s, ref_bin, events)?;
-        // Best of three, like the reference column: both rates follow the reference server's
-        // syncs, and one run of either moved by a third from one run to the next. Each round
-        // relays the whole backlog again, to a fresh server, from an empty ledger.
+        // Each round relays the whole backlog again, to a fresh server, from an empty ledger.
         let (mut rates, mut peak, mut latency) = (Vec::new(), 0.0f64, None);
-        for round in 0..3 {
+        for round in 0..RELAY_ROUNDS {
             sync_disk();
             let relay_state = s.data_dir().join("relay");
             if relay_state.exists() {
@@ -1360,7 +1361,7 @@ impl Bench<'_> {
                 Duration::from_secs(900),
             );
             // The latency to a live reader once, after the last round's catch-up.
-            if round == 2 && caught_up.is_ok() {
+            if round + 1 == RELAY_ROUNDS && caught_up.is_ok() {
                 latency = Some(relay::live_latency(
                     &s.socket(),
                     &addr,
@@ -1398,8 +1399,8 @@ impl Bench<'_> {
     /// Like for like for the relay: a client POSTing the very bodies the relay will send (the
     /// stored events of `s`'s "backlog", envelope included), from memory, each time to a fresh
     /// reference server. Its rate follows the disk's sync time from one run to the next
-    /// (0.4-0.95M events/s were seen on one machine in one hour), so the best of three is the
-    /// reference.
+    /// (0.4-0.95M events/s were seen on one machine in one hour), so the best of its
+    /// `RELAY_ROUNDS` is the reference.
     fn reference_same_bodies(
         &mut self,
         s: &DstreamSetup,
@@ -1412,7 +1413,7 @@ impl Bench<'_> {
         let bodies = bodies?;
         let mean = bodies.iter().map(|b| b.len()).sum::<usize>() as f64 / events as f64;
         let mut rates = Vec::new();
-        for _ in 0..3 {
+        for _ in 0..RELAY_ROUNDS {
             sync_disk();
             let (_dir, ms) = self.reference(ref_bin, "ref-relay-memory-")?;
             let (server, _, addr) = ms.start()?;
@@ -1951,13 +1952,13 @@ fn render(o: &Opts, load: &str, b: &Bench, fs_type: &str, fs_dev: &str) -> Strin
     }
     let backlog = get(ours, "relay/rate").map_or("–".into(), |_| thousands(o.events));
     t.add(
-        format!("relay of a {backlog}-event backlog from the log to the reference server on loopback, events/s, best of 3 runs from an empty ledger to a fresh server ({RELAY_BATCH}-event batches, one in flight, each in the durable ledger before it leaves; reference column: a client POSTing the same-size batches from memory to the same server)"),
+        format!("relay of a {backlog}-event backlog from the log to the reference server on loopback, events/s, best of {RELAY_ROUNDS} runs from an empty ledger to a fresh server ({RELAY_BATCH}-event batches, one in flight, each in the durable ledger before it leaves; reference column: a client POSTing the same-size batches from memory to the same server)"),
         get(ours, "relay/rate"),
         get(theirs, "bulk/s"),
         Better::Higher,
     );
     t.add(
-        "… the same relay, against a client POSTing the very bodies the relay sends (its stored events, envelope included) from memory to a fresh reference server, best of 3 on both sides, events/s",
+        format!("… the same relay, against a client POSTing the very bodies the relay sends (its stored events, envelope included) from memory to a fresh reference server, best of {RELAY_ROUNDS} on both sides, events/s"),
         get(ours, "relay/rate"),
         get(theirs, "relay/same_bodies"),
         Better::Higher,
