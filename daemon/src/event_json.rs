@@ -1,8 +1,150 @@
 //! One committed event as its JSON text: what the store reads and writes, what the hub
 //! carries to readers and what the relay sends, without parsing it again. It sits below both
 //! the store and the hub.
+//!
+//! A stored line leaves out two fields it can do without (see [`CompactFields`]); every reader
+//! of an [`EventJson`] gets them back, so the event a client sees is the same either way.
+
+use std::io::Write as _;
 
 use bytes::Bytes;
+
+const SESSION_KEY: &[u8] = b",\"session_id\":\"";
+const STREAM_KEY: &[u8] = b",\"stream_id\":\"";
+const TIMESTAMP_KEY: &[u8] = b",\"timestamp\":";
+const PAYLOAD_KEY: &[u8] = b",\"payload\":";
+
+/// The fields a stored line may leave out, each when it says nothing the line does not
+/// already say: `stream_id` when it equals the line's `session_id` (a session that is its own
+/// lineage root, the common case), `timestamp` when it equals the millisecond of the line's
+/// ULID `id` (the commit stamps both from one clock reading). A line that leaves them out is
+/// still one JSON object, and still the line a reader sees once they are put back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompactFields {
+    pub stream_id: bool,
+    pub timestamp: bool,
+}
+
+impl CompactFields {
+    /// Which fields an event with these values may leave out.
+    pub fn for_event(session_id: &str, stream_id: &str, id: &str, timestamp: u64) -> Self {
+        CompactFields {
+            stream_id: stream_id == session_id,
+            timestamp: ulid_ms(id.as_bytes()) == Some(timestamp),
+        }
+    }
+}
+
+/// The millisecond a ULID's first ten characters encode.
+fn ulid_ms(id: &[u8]) -> Option<u64> {
+    if id.len() != 26 {
+        return None;
+    }
+    id[..10].iter().try_fold(0u64, |acc, &c| {
+        let digit = match c.to_ascii_uppercase() {
+            c @ b'0'..=b'9' => c - b'0',
+            c @ b'A'..=b'H' => c - b'A' + 10,
+            c @ (b'J' | b'K') => c - b'J' + 18,
+            c @ (b'M' | b'N') => c - b'M' + 20,
+            c @ b'P'..=b'T' => c - b'P' + 22,
+            c @ b'V'..=b'Z' => c - b'V' + 27,
+            _ => return None,
+        };
+        Some(acc << 5 | digit as u64)
+    })
+}
+
+/// Where the left-out fields go back into a stored body, found once when it is read.
+#[derive(Debug, Clone, Copy, Default)]
+struct Refill {
+    /// Where `,"stream_id":"<session_id>"` goes, and the session id's span in the body.
+    stream: Option<(u32, u32, u32)>,
+    /// Where `,"timestamp":<ms>` goes, and the value.
+    timestamp: Option<(u32, u64)>,
+}
+
+impl Refill {
+    /// Finds the fields `body` left out. Stored lines begin
+    /// `{"lsn":N,"id":"<ulid>","type":"…","session_id":"…"`; a body that does not (an event
+    /// written before these fields could be left out has them all) needs nothing.
+    fn find(body: &[u8]) -> Refill {
+        let mut refill = Refill::default();
+        let Some(key) = memchr::memmem::find(body, SESSION_KEY) else {
+            return refill;
+        };
+        let sid_start = key + SESSION_KEY.len();
+        // Session ids are checked at the door: no quotes or escapes inside.
+        let Some(sid_len) = memchr::memchr(b'"', &body[sid_start..]) else {
+            return refill;
+        };
+        let after_sid = sid_start + sid_len + 1;
+        if !body[after_sid..].starts_with(STREAM_KEY) {
+            refill.stream = Some((after_sid as u32, sid_start as u32, after_sid as u32 - 1));
+        }
+        // The fields before the payload are strings, in which an unescaped `"` cannot occur,
+        // so the first `,"payload":` is the event's own and `,"timestamp":` before it too.
+        let Some(payload) = memchr::memmem::find(&body[after_sid..], PAYLOAD_KEY) else {
+            return refill;
+        };
+        let head = &body[after_sid..after_sid + payload];
+        if memchr::memmem::find(head, TIMESTAMP_KEY).is_none()
+            && let Some(ms) = id_of(body).and_then(ulid_ms)
+        {
+            refill.timestamp = Some(((after_sid + payload) as u32, ms));
+        }
+        refill
+    }
+
+    /// Writes `body` with the left-out fields back in, and its closing `}`.
+    fn write(&self, body: &[u8], out: &mut Vec<u8>) {
+        let mut done = 0;
+        if let Some((at, from, to)) = self.stream {
+            let at = at as usize;
+            out.extend_from_slice(&body[..at]);
+            out.extend_from_slice(STREAM_KEY);
+            out.extend_from_slice(&body[from as usize..to as usize]);
+            out.push(b'"');
+            done = at;
+        }
+        if let Some((at, ms)) = self.timestamp {
+            let at = at as usize;
+            out.extend_from_slice(&body[done..at]);
+            out.extend_from_slice(TIMESTAMP_KEY);
+            let _ = write!(out, "{ms}");
+            done = at;
+        }
+        out.extend_from_slice(&body[done..]);
+        out.push(b'}');
+    }
+
+    /// Bytes the refilled fields add.
+    fn extra(&self) -> usize {
+        let stream = self.stream.map_or(0, |(_, from, to)| {
+            STREAM_KEY.len() + (to - from) as usize + 1
+        });
+        let timestamp = self
+            .timestamp
+            .map_or(0, |(_, ms)| TIMESTAMP_KEY.len() + decimal_len(ms));
+        stream + timestamp
+    }
+}
+
+/// The `id` of a stored body: `{"lsn":N,"id":"<this>"`.
+fn id_of(body: &[u8]) -> Option<&[u8]> {
+    const KEY: &[u8] = b",\"id\":\"";
+    let at = memchr::memmem::find(body, KEY)? + KEY.len();
+    let len = memchr::memchr(b'"', &body[at..])?;
+    Some(&body[at..at + len])
+}
+
+fn decimal_len(mut n: u64) -> usize {
+    let mut len = 1;
+    while n >= 10 {
+        n /= 10;
+        len += 1;
+    }
+    len
+}
 
 /// One committed event as subscribers receive it: the stored JSON without its crc field and
 /// without the closing `}` (see [`EventJson::write_to`]).
@@ -10,20 +152,30 @@ use bytes::Bytes;
 pub struct EventJson {
     pub lsn: u64,
     body: Bytes,
+    refill: Refill,
 }
 
 impl EventJson {
     pub(crate) fn new(lsn: u64, body: Bytes) -> Self {
-        EventJson { lsn, body }
+        let refill = Refill::find(&body);
+        EventJson { lsn, body, refill }
     }
-    /// Appends the event as a complete JSON object.
+    /// Appends the event as a complete JSON object, with every field (left out or not).
     pub fn write_to(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.body);
-        out.push(b'}');
+        out.reserve(self.len());
+        self.refill.write(&self.body, out);
     }
-    /// Size of the event's JSON in bytes.
+    /// A stored body (a line without its crc field) as the complete JSON object a reader
+    /// gets, for the store's own look at a line's fields.
+    pub(crate) fn full(body: &[u8]) -> Vec<u8> {
+        let refill = Refill::find(body);
+        let mut out = Vec::with_capacity(body.len() + 1 + refill.extra());
+        refill.write(body, &mut out);
+        out
+    }
+    /// Size of the event's JSON in bytes, as [`EventJson::write_to`] writes it.
     pub fn len(&self) -> usize {
-        self.body.len() + 1
+        self.body.len() + 1 + self.refill.extra()
     }
     pub fn is_empty(&self) -> bool {
         false
@@ -38,5 +190,60 @@ impl EventJson {
         let rest = &self.body[at + KEY.len()..];
         rest.strip_prefix(event_type.as_bytes())
             .is_some_and(|r| r.first() == Some(&b'"'))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn written(body: &str) -> String {
+        let e = EventJson::new(1, Bytes::copy_from_slice(body.as_bytes()));
+        let mut out = Vec::new();
+        e.write_to(&mut out);
+        assert_eq!(out.len(), e.len(), "len() is what write_to writes");
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn a_full_line_is_read_as_stored() {
+        let full = r#"{"lsn":1,"id":"01M8F76FC4Y1ZS9NGTK0G4PNBE","type":"t","session_id":"s","stream_id":"root","timestamp":5,"payload":{"a":1}"#;
+        assert_eq!(written(full), format!("{full}}}"));
+    }
+
+    #[test]
+    fn left_out_fields_come_back_where_they_were() {
+        let id = ulid::Ulid::from_parts(1_795_807_198_596, 42).to_string();
+        let compact = format!(
+            r#"{{"lsn":7,"id":"{id}","type":"t","session_id":"s-1","actor":"a","payload":{{"timestamp":1,"payload":2}}"#
+        );
+        assert_eq!(
+            written(&compact),
+            format!(
+                r#"{{"lsn":7,"id":"{id}","type":"t","session_id":"s-1","stream_id":"s-1","actor":"a","timestamp":1795807198596,"payload":{{"timestamp":1,"payload":2}}}}"#
+            )
+        );
+        // Each field is left out on its own.
+        let own_stream = format!(
+            r#"{{"lsn":7,"id":"{id}","type":"t","session_id":"s","stream_id":"p","payload":{{}}"#
+        );
+        assert!(
+            written(&own_stream).contains(r#""stream_id":"p","timestamp":1795807198596,"payload""#)
+        );
+        let own_ts = format!(
+            r#"{{"lsn":7,"id":"{id}","type":"t","session_id":"s","timestamp":3,"payload":{{}}"#
+        );
+        assert!(written(&own_ts).contains(r#""session_id":"s","stream_id":"s","timestamp":3,"#));
+    }
+
+    #[test]
+    fn which_fields_an_event_may_leave_out() {
+        let id = ulid::Ulid::from_parts(1_000, 7).to_string();
+        let both = CompactFields::for_event("s", "s", &id, 1_000);
+        assert!(both.stream_id && both.timestamp);
+        let neither = CompactFields::for_event("s", "p", &id, 1_001);
+        assert!(!neither.stream_id && !neither.timestamp);
+        assert!(!CompactFields::for_event("s", "s", "not-a-ulid", 0).timestamp);
+        assert_eq!(ulid_ms(id.to_lowercase().as_bytes()), Some(1_000));
     }
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use dstream_tests::serde_json::{Value, json};
 use dstream_tests::{
     Client, Daemon, ReadError, assert_contiguous, codes, files_under, line_ranges, lsn_of,
-    verify_log_file, write_file,
+    seal_line, verify_log_file, write_file,
 };
 
 fn sorted_sessions(c: &mut Client) -> Vec<Value> {
@@ -23,6 +23,82 @@ fn sorted_sessions(c: &mut Client) -> Vec<Value> {
         .clone();
     s.sort_by_key(|s| s["session_id"].as_str().unwrap().to_string());
     s
+}
+
+/// A log whose lines carry every field (as written before a line could leave `stream_id` and
+/// `timestamp` out) reads as it did, and goes on with compact lines after it: both kinds in
+/// one file, across a restart, with the session's listing unchanged.
+#[test]
+fn a_log_of_full_lines_reads_the_same_and_takes_compact_ones_after_it() {
+    let mut d = Daemon::start();
+    let mut c = d.client();
+    for i in 0..20 {
+        c.append_event(
+            "old",
+            json!({"type": "execution.tool_use", "actor": "claude-code", "causation_id": format!("c{i}"),
+                   "payload": {"i": i, "s": "\"q\" \n"}, "metadata": {"hook": "PreToolUse"}}),
+        );
+    }
+    let before = c.read_all("old");
+    drop(c);
+    assert_eq!(d.stop().code(), Some(0));
+
+    // Each line rewritten with every field, in the order the daemon used to write them.
+    let compact = fs::read(d.log_path("old")).unwrap();
+    let mut full = Vec::new();
+    for e in &before {
+        let f = |k: &str| serde_json::to_string(&e[k]).unwrap();
+        let body = format!(
+            r#"{{"lsn":{},"id":{},"type":{},"session_id":{},"stream_id":{},"causation_id":{},"actor":{},"timestamp":{},"payload":{},"metadata":{}"#,
+            f("lsn"),
+            f("id"),
+            f("type"),
+            f("session_id"),
+            f("stream_id"),
+            f("causation_id"),
+            f("actor"),
+            f("timestamp"),
+            f("payload"),
+            f("metadata")
+        );
+        full.extend_from_slice(&seal_line(body.as_bytes()));
+    }
+    assert!(
+        full.len() > compact.len() + 20 * 40,
+        "compact lines save the two fields: {} vs {} bytes",
+        compact.len(),
+        full.len()
+    );
+    fs::write(d.log_path("old"), &full).unwrap();
+    let _ = fs::remove_file(d.log_path("old").with_extension("idx"));
+    d.restart();
+
+    let mut c = d.client();
+    assert_eq!(c.read_all("old"), before, "full lines read as before");
+    for i in 20..25 {
+        c.append_event("old", json!({"type": "user.input", "payload": {"i": i}}));
+    }
+    let all = c.read_all("old");
+    assert_eq!(&all[..20], &before[..]);
+    for e in &all {
+        assert_eq!(e["stream_id"], json!("old"), "{e}");
+        let id = ulid::Ulid::from_string(e["id"].as_str().unwrap()).unwrap();
+        assert_eq!(e["timestamp"], json!(id.timestamp_ms()), "{e}");
+    }
+    let listed = sorted_sessions(&mut c);
+    drop(c);
+    assert_eq!(d.stop().code(), Some(0));
+    d.restart();
+    let mut c = d.client();
+    assert_eq!(
+        c.read_all("old"),
+        all,
+        "both kinds of line, after a restart"
+    );
+    assert_eq!(sorted_sessions(&mut c), listed);
+    assert_eq!(listed[0]["first_ts"], before[0]["timestamp"], "{listed:?}");
+    let recs = verify_log_file(&d.log_path("old"));
+    assert!(recs[0].get("timestamp").is_some() && recs[24].get("timestamp").is_none());
 }
 
 #[test]
@@ -111,26 +187,29 @@ fn restart_after_sigterm_keeps_every_event_identical() {
     assert_eq!(r["events"].as_array().unwrap().as_slice(), &r1[16..21]);
     assert_eq!(c.read_all("r2"), r2);
 
-    // On disk: one line per event, each with a valid CRC32C, carrying the event's fields.
+    // On disk: one line per event, each with a valid CRC32C, carrying the event's fields. A
+    // line leaves out what it already says: `stream_id` when it is the session's own, the
+    // `timestamp` when it is the millisecond of the event's ULID.
     for s in ["r1", "r2"] {
         let recs = verify_log_file(&d.log_path(s));
         let events = c.read_all(s);
         assert_eq!(recs.len(), events.len(), "{s}: one line per event");
         for (rec, ev) in recs.iter().zip(&events) {
-            for k in [
-                "lsn",
-                "id",
-                "type",
-                "session_id",
-                "stream_id",
-                "timestamp",
-                "payload",
-            ] {
+            for k in ["lsn", "id", "type", "session_id", "payload"] {
                 assert_eq!(
                     rec[k], ev[k],
                     "{s}: field {k} of the stored line {rec} vs read {ev}"
                 );
             }
+            // r2 is a child of r1's lineage: its stream_id is kept.
+            match s {
+                "r1" => assert!(rec.get("stream_id").is_none(), "{s}: {rec}"),
+                _ => assert_eq!(rec["stream_id"], json!("r1"), "{s}: {rec}"),
+            }
+            assert_eq!(ev["stream_id"], json!("r1"), "{s}: {ev}");
+            assert!(rec.get("timestamp").is_none(), "{s}: {rec}");
+            let id = ulid::Ulid::from_string(ev["id"].as_str().unwrap()).unwrap();
+            assert_eq!(ev["timestamp"], json!(id.timestamp_ms()), "{s}: {ev}");
         }
     }
 }

@@ -109,8 +109,7 @@ fn find_prefix(parent: &Session, file: &dyn VfsFile, at: u64) -> Result<Prefix, 
             struct Ts {
                 timestamp: u64,
             }
-            let mut object = body.to_vec();
-            object.push(b'}');
+            let object = crate::event_json::EventJson::full(body);
             let ts: Ts = serde_json::from_slice(&object).map_err(|e| corrupt(e.to_string()))?;
             let end = offset + (line_start + nl + 1) as u64;
             found = Some(Prefix {

@@ -62,9 +62,7 @@ struct EnvelopeFields<'a> {
 }
 
 fn envelope(body: &[u8]) -> Option<(u64, String)> {
-    let mut json = Vec::with_capacity(body.len() + 1);
-    json.extend_from_slice(body);
-    json.push(b'}');
+    let json = crate::event_json::EventJson::full(body);
     let f: EnvelopeFields = serde_json::from_slice(&json).ok()?;
     Some((f.timestamp, f.stream_id.into_owned()))
 }

@@ -3,11 +3,13 @@
 
 use bytes::Bytes;
 use dstream_sdk::Event;
+use serde::Serialize;
 use serde_json::value::RawValue;
 
 use super::messages::{approx_len, fail_all};
 use super::thread::Committer;
 use super::written::{Group, Written};
+use crate::event_json::CompactFields;
 use crate::store::error::StoreError;
 use crate::store::index::IndexEntry;
 use crate::store::record;
@@ -44,6 +46,7 @@ impl Committer {
             return None;
         }
         let timestamp = now_ms();
+        let stamp = std::time::UNIX_EPOCH + std::time::Duration::from_millis(timestamp);
         let mut buf = Vec::with_capacity(
             group
                 .appends
@@ -60,11 +63,13 @@ impl Committer {
         let empty: &RawValue = serde_json::from_str("{}").expect("valid json");
         for (i, (event, preset_id, ack)) in group.appends.into_iter().enumerate() {
             let lsn = state.next_lsn + i as u64;
+            // From the batch's own clock reading, so the id's millisecond is the timestamp
+            // and the line can leave the timestamp out.
             let id = preset_id.unwrap_or_else(|| {
                 state
                     .ids
-                    .generate()
-                    .unwrap_or_else(|_| ulid::Ulid::new())
+                    .generate_from_datetime(stamp)
+                    .unwrap_or_else(|_| ulid::Ulid::from_datetime(stamp))
                     .to_string()
             });
             if lineage.is_none() {
@@ -93,7 +98,8 @@ impl Committer {
                 raw: event.raw.as_deref(),
             };
             object.clear();
-            serde_json::to_writer(&mut object, &stored).expect("serializing to a Vec cannot fail");
+            serde_json::to_writer(&mut object, &StoredEvent::new(&stored))
+                .expect("serializing to a Vec cannot fail");
             let start = buf.len();
             record::seal(&object, &mut buf);
             lines.push((lsn, stored.id, start, object.len() - 1));
@@ -203,6 +209,52 @@ impl Committer {
                     "the log could not be restored after a failed write: {e}"
                 ))
             }
+        }
+    }
+}
+
+/// An event as its log line holds it: [`Event`]'s fields in its order, less those
+/// [`CompactFields`] lets the line leave out (every reader puts them back).
+#[derive(Serialize)]
+struct StoredEvent<'a> {
+    lsn: u64,
+    id: &'a str,
+    #[serde(rename = "type")]
+    event_type: &'a str,
+    session_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    causation_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    correlation_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    actor: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timestamp: Option<u64>,
+    payload: &'a RawValue,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metadata: Option<&'a RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    raw: Option<&'a RawValue>,
+}
+
+impl<'a> StoredEvent<'a> {
+    fn new(e: &'a Event<&'a RawValue>) -> Self {
+        let left_out = CompactFields::for_event(&e.session_id, &e.stream_id, &e.id, e.timestamp);
+        StoredEvent {
+            lsn: e.lsn,
+            id: &e.id,
+            event_type: &e.event_type,
+            session_id: &e.session_id,
+            stream_id: (!left_out.stream_id).then_some(e.stream_id.as_str()),
+            causation_id: e.causation_id.as_deref(),
+            correlation_id: e.correlation_id.as_deref(),
+            actor: e.actor.as_deref(),
+            timestamp: (!left_out.timestamp).then_some(e.timestamp),
+            payload: e.payload,
+            metadata: e.metadata,
+            raw: e.raw,
         }
     }
 }
