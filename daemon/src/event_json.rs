@@ -133,21 +133,15 @@ impl Refill {
 }
 
 /// Reads the string field `key` (which ends in its value's opening quote) at `*at`, moves
-/// `*at` past it, and returns the span of its value. Escapes are skipped over.
+/// `*at` past it, and returns the span of its value.
 fn string_field(body: &[u8], at: &mut usize, key: &[u8]) -> Option<(usize, usize)> {
     if !body.get(*at..)?.starts_with(key) {
         return None;
     }
     let start = *at + key.len();
-    let mut i = start;
-    loop {
-        i += memchr::memchr2(b'"', b'\\', body.get(i..)?)?;
-        if body[i] == b'"' {
-            *at = i + 1;
-            return Some((start, i));
-        }
-        i += 2;
-    }
+    let end = crate::jsonscan::string_end(body, start - 1)?;
+    *at = end;
+    Some((start, end - 1))
 }
 
 /// `n` in decimal, written into the end of `buf`.
