@@ -31,10 +31,8 @@ const BATCH_EVENTS: usize = 4096;
 const BATCH_BYTES: usize = 2 << 20;
 const LINGER: Duration = Duration::from_millis(50);
 /// Bytes of committed events the hub keeps for this thread while it falls behind; past them it
-/// is told it lagged and catches up from the logs (as after a restart). Small: under a burst
-/// the index steps aside anyway, and what the hub held for it stayed in the daemon's RSS
-/// (2 MiB: 13.0 MB under the bench's C=16 load; 256 KiB: 12.3-12.5, searchable as soon after).
-const HUB_HOLDS: usize = 256 << 10;
+/// is told it lagged and catches up from the logs (as after a restart).
+const HUB_HOLDS: usize = 2 << 20;
 /// While a batch lingers, how often it takes what has been committed since.
 const GATHER_SLICE: Duration = Duration::from_millis(10);
 /// While appends are busy (see [`crate::search::pace`]), how often the rate is looked at again.
