@@ -33,23 +33,10 @@ impl CompactFields {
     }
 }
 
-/// The millisecond a ULID's first ten characters encode.
+/// The millisecond a ULID encodes.
 fn ulid_ms(id: &[u8]) -> Option<u64> {
-    if id.len() != 26 {
-        return None;
-    }
-    id[..10].iter().try_fold(0u64, |acc, &c| {
-        let digit = match c.to_ascii_uppercase() {
-            c @ b'0'..=b'9' => c - b'0',
-            c @ b'A'..=b'H' => c - b'A' + 10,
-            c @ (b'J' | b'K') => c - b'J' + 18,
-            c @ (b'M' | b'N') => c - b'M' + 20,
-            c @ b'P'..=b'T' => c - b'P' + 22,
-            c @ b'V'..=b'Z' => c - b'V' + 27,
-            _ => return None,
-        };
-        Some(acc << 5 | digit as u64)
-    })
+    let id = std::str::from_utf8(id).ok()?;
+    ulid::Ulid::from_string(id).ok().map(|u| u.timestamp_ms())
 }
 
 /// Where the left-out fields go back into a stored body, found once when it is read.
@@ -125,9 +112,9 @@ impl Refill {
         let stream = self.stream.map_or(0, |(_, from, to)| {
             STREAM_KEY.len() + (to - from) as usize + 1
         });
-        let timestamp = self
-            .timestamp
-            .map_or(0, |(_, ms)| TIMESTAMP_KEY.len() + decimal_len(ms));
+        let timestamp = self.timestamp.map_or(0, |(_, ms)| {
+            TIMESTAMP_KEY.len() + itoa_u64(ms, &mut [0; 20]).len()
+        });
         stream + timestamp
     }
 }
@@ -155,15 +142,6 @@ fn itoa_u64(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
             return &buf[i..];
         }
     }
-}
-
-fn decimal_len(mut n: u64) -> usize {
-    let mut len = 1;
-    while n >= 10 {
-        n /= 10;
-        len += 1;
-    }
-    len
 }
 
 /// One committed event as subscribers receive it: the stored JSON without its crc field and
