@@ -237,6 +237,50 @@ fn a_damaged_index_is_rebuilt_from_the_logs_at_start_and_by_reindex() {
     );
 }
 
+/// An index closed cleanly is opened on its header alone (checking every page would cost each
+/// start CPU in proportion to the history): damage inside it is found by the first query that
+/// reads it, and the file is then rebuilt from the logs.
+#[test]
+fn damage_a_query_finds_in_a_cleanly_closed_index_has_it_rebuilt() {
+    let mut d = Daemon::start();
+    append_many(&d, "s", 3_000, Some((1_500, "archaeopteryx")));
+    wait_indexed(&d, 3_000);
+    assert!(d.stop().success());
+    let path = d.data_dir().join("search").join("index.sqlite");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let half = bytes.len() / 2;
+    bytes[half..].fill(0xA5);
+    std::fs::write(&path, bytes).unwrap();
+    d.restart();
+    // Found by the index's thread (its first count of the documents) or by this query,
+    // whichever reads the damaged pages first; a query that does gets a clear error.
+    let first = search_out(&d, &["ordinary", "--limit", "1000"], true);
+    if !first.status.success() {
+        let err = String::from_utf8_lossy(&first.stderr);
+        assert!(err.contains("malformed"), "{err}");
+    }
+    let hits = wait_for("the damaged index to be rebuilt", CATCH_UP, || {
+        let out = search_out(&d, &["archaeopteryx"], true);
+        let hits: Vec<Value> = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        (out.status.success() && !hits.is_empty()).then_some(hits)
+    });
+    assert_eq!(hit_at(&hits), [("s".to_string(), 1_501)]);
+    let s = wait_indexed(&d, 3_000);
+    assert_eq!(s["indexed_events"], 3_000, "{s}");
+    assert!(
+        s["last_error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("malformed"),
+        "{s}"
+    );
+    assert_eq!(search(&d, &["ordinary", "--limit", "1000"]).len(), 1_000);
+}
+
 #[test]
 fn a_query_that_is_not_valid_syntax_is_a_clear_error_and_the_daemon_serves_on() {
     let d = Daemon::start();

@@ -34,6 +34,12 @@ pub fn lost_with_machine(dir: &Path) -> Option<String> {
     }
 }
 
+/// Whether the index was closed cleanly (synced, the marker removed) the last time it was
+/// open, or never opened: its file then needs no check of every page at the next open.
+pub fn closed_cleanly(dir: &Path) -> bool {
+    !marker(dir).exists()
+}
+
 /// Records, durably, that the index is open in this boot.
 pub fn mark_open(dir: &Path) -> std::io::Result<()> {
     let Some(id) = boot_id() else { return Ok(()) };

@@ -90,6 +90,9 @@ pub struct Reindexed {
 
 pub enum Command {
     Reindex(oneshot::Sender<Result<Reindexed, String>>),
+    /// A query found the file damaged (an index opened without its full check, see
+    /// `index::Check`): rebuild it from the logs.
+    Damaged(String),
 }
 
 /// Starts the thread; it stops when `stopping` is set and the command sender is dropped.
@@ -242,6 +245,7 @@ impl Observer {
                         e.to_string()
                     }));
                 }
+                Wake::Command(Command::Damaged(why)) => self.failed(IndexError::Damaged(why)),
                 Wake::Events | Wake::Idle => {}
             }
             if last_sweep.elapsed() >= SWEEP_EVERY {
@@ -618,6 +622,8 @@ async fn idle(commands: &mut mpsc::UnboundedReceiver<Command>, pause: Duration) 
                 let _ = reply.send(Err("the search index cannot be opened; see `dstream stats`".into()));
                 Wake::Idle
             }
+            // Not open: the next attempt opens (or recreates) it anyway.
+            Some(Command::Damaged(_)) => Wake::Idle,
         },
         () = tokio::time::sleep(pause) => Wake::Idle,
     }

@@ -9,6 +9,7 @@ use dstream_sdk::protocol::{SearchHit, UsageResult};
 use crate::pipeline::joins::ToolIndex;
 use crate::search::extract::extract;
 use crate::search::index::{self, Filter, QueryError};
+use crate::search::observer::Command;
 use crate::search::snippet::{snippet, terms, to_fts};
 use crate::search::usage_rows::{self, HOUR_MS};
 use crate::search::{Search, SearchError};
@@ -56,7 +57,10 @@ impl Search {
                     detail,
                 });
             }
-            Err(QueryError::Index(e)) => return Err(SearchError::Index(e.to_string())),
+            Err(QueryError::Index(e)) => {
+                self.found_damage(e.is_damage(), &e);
+                return Err(SearchError::Index(e.to_string()));
+            }
         };
         let terms = terms(&fts);
         let mut hits = Vec::with_capacity(rows.len());
@@ -114,6 +118,7 @@ impl Search {
             Ok(r) => Some(r),
             Err(e) => {
                 tracing::warn!(error = %e, "usage from the search index failed; reading the logs");
+                self.found_damage(index::is_corrupt(&e), &e);
                 None
             }
         }
@@ -173,7 +178,21 @@ impl Search {
         match found {
             Ok(Some(id)) => Ok(id),
             Ok(None) => Err(indexed),
-            Err(_) => Err(0),
+            Err(e) => {
+                self.found_damage(index::is_corrupt(&e), &e);
+                Err(0)
+            }
+        }
+    }
+
+    /// Has the thread rebuild the file when a query found it damaged (it is opened without
+    /// reading every page after a clean close; see `index::Check`).
+    fn found_damage(&self, damaged: bool, e: &dyn std::fmt::Display) {
+        if !damaged {
+            return;
+        }
+        if let Some(r) = self.running.lock().unwrap().as_ref() {
+            let _ = r.commands.send(Command::Damaged(e.to_string()));
         }
     }
 
