@@ -6,19 +6,20 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value as Json;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use super::draft::{Draft, object};
 use super::filter::process;
-use super::ingest::{Ingest, IngestError};
+use super::ingest::Ingest;
 use super::route::shard;
 use super::settings::PipelineSettings;
+use super::shard::Shard;
 use crate::config_feed::ConfigFeed;
 use crate::plugins::PluginSet;
 
 pub struct Pipeline {
-    /// One queue per pipeline thread; an ingest goes to its session's (see `route`).
-    pub(super) queues: Vec<mpsc::Sender<Ingest>>,
+    /// One shard per pipeline thread; an ingest goes to its session's (see `route`).
+    pub(super) shards: Vec<Arc<Shard>>,
     pub(super) plugins: watch::Sender<Arc<PluginSet>>,
     /// Where the settings come from: a reload reads the file again through it.
     pub(super) feed: Arc<ConfigFeed>,
@@ -34,6 +35,15 @@ pub struct Pipeline {
     pub(super) tool_index: Arc<std::sync::OnceLock<Arc<dyn crate::pipeline::joins::ToolIndex>>>,
 }
 
+impl Drop for Pipeline {
+    /// Stops the shards' threads; what they still hold queued is answered "stopped".
+    fn drop(&mut self) {
+        for s in &self.shards {
+            s.close();
+        }
+    }
+}
+
 impl Pipeline {
     /// Gives the joins an index of every stored tool request (the search index, which
     /// starts after the pipeline).
@@ -41,17 +51,17 @@ impl Pipeline {
         let _ = self.tool_index.set(index);
     }
 
-    /// Queues a raw event; `ingest.done` is called once it is stored (or refused).
+    /// Handles a raw event, here or on its shard's thread (see `shard`); `ingest.done` is
+    /// called once it is stored (or refused).
     pub async fn ingest(&self, ingest: Ingest) {
-        let thread = shard(
-            self.queues.len(),
+        let n = shard(
+            self.shards.len(),
             &ingest.source,
             ingest.session_id.as_deref(),
             &ingest.raw,
         );
-        if let Err(mpsc::error::SendError(i)) = self.queues[thread].send(ingest).await {
-            (i.done)(Err(IngestError::Stopped));
-        }
+        let in_place = self.plugins.borrow().runs_anywhere(&ingest.source);
+        self.shards[n].submit(ingest, in_place).await;
     }
 
     /// Runs the filters (`process`, redaction included) over an event that did not come in

@@ -1,10 +1,9 @@
-//! A pipeline thread (`dstream-pipe-N`): takes ingests in turn from a [`FairQueue`],
-//! parses each and runs its mapping plugin, then has the [`Worker`] filter, decide and append
-//! the events it made, one ingest at a time, so each session's events are stored in the
-//! order their hooks fired.
+//! A shard's stage (see `shard`, which says who runs it: the shard's thread or the caller):
+//! parses each ingest and runs its mapping plugin, then has the [`Worker`] filter, decide and
+//! append the events it made, one ingest at a time.
 //!
-//! One thread, not a map thread handing over to a worker thread: with the mapping plugins
-//! called on this thread (Lua when its state is free, the Claude Code mapping as Rust) the
+//! One stage, not a map thread handing over to a worker thread: with the mapping plugins
+//! called on the same thread (Lua when its state is free, the Claude Code mapping as Rust) the
 //! two stages overlapped little, and the hand-over cost every ingest a wake-up and two
 //! context switches. C=16 `ingest` over 16 sessions, three alternated pairs: 42.1-44.4 µs
 //! of daemon CPU an event with two threads, 39.1-40.4 with one.
@@ -14,42 +13,26 @@ use std::sync::atomic::Ordering;
 
 use serde_json::Value as Json;
 use serde_json::value::RawValue;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use super::draft::fallback_session;
-use super::fair::FairQueue;
 use super::ingest::{Ingest, IngestError};
 use super::map::map;
 use super::normalize::verbatim;
 use super::worker::{Mapped, Worker};
 use crate::plugins::PluginSet;
 
-/// The pipeline thread's state.
+/// A shard's state for the steps of an ingest.
 pub(super) struct MapStage {
     pub plugins: watch::Receiver<Arc<PluginSet>>,
-    /// The steps after the map; its handle on the pipeline serves this thread too.
+    /// The steps after the map; its handle on the pipeline serves the map too.
     pub worker: Worker,
 }
 
 impl MapStage {
-    /// Takes ingests in turn from each client that has some queued (in arrival order within
-    /// a client), until the queue closes or the pipeline is gone.
-    pub(super) fn run(mut self, mut rx: mpsc::Receiver<Ingest>) {
-        let mut fair = FairQueue::default();
-        loop {
-            if fair.is_empty() {
-                match rx.blocking_recv() {
-                    Some(i) => fair.push(i),
-                    None => return,
-                }
-            }
-            while let Ok(i) = rx.try_recv() {
-                fair.push(i);
-            }
-            let Some(ingest) = fair.pop() else { continue };
-            let Some(mapped) = self.map(ingest) else {
-                return;
-            };
+    /// Maps one ingest, then has the worker filter, decide and append its events.
+    pub(super) fn handle(&mut self, ingest: Ingest) {
+        if let Some(mapped) = self.map(ingest) {
             self.worker.handle(mapped);
         }
     }

@@ -7,10 +7,13 @@
 //! so that a tool result can name its request as its cause; then the store's one commit
 //! path) → **observe** (plugins' `on_event` read the daemon-wide stream of committed events).
 //!
-//! One thread per two cores (at most 4; `[plugins] pipeline_threads`) runs the ingests, each
-//! thread those of the sessions that hash to it (`route`), in arrival order, so the events of
-//! a session are stored in the order their hooks fired; plugins run on it when their state is
-//! free, else on their own threads (see [`crate::plugins`]), never on the async workers. The
+//! The sessions are split in shards, one thread each (one per two cores, at most 4;
+//! `[plugins] pipeline_threads`), by `route`; a shard handles one ingest at a time, in arrival
+//! order, so the events of a session are stored in the order their hooks fired. An ingest that
+//! finds its shard idle is handled in place when only built-in Rust plugins are on its way;
+//! otherwise its shard's thread takes it (`shard`). Lua and native plugins run on that thread
+//! when their state is free, else on their own threads (see [`crate::plugins`]), never on the
+//! async workers. The
 //! failure policy (ARCHITECTURE.md):
 //! a failing `map` stores the raw event as `unmapped` plus a `plugin.error`; a failing
 //! `process` passes the event on unchanged; a failing `decide` counts as "deny" (what cannot
@@ -20,10 +23,11 @@
 //!
 //! The parts, one job each (none imports from this file; each imports the siblings it uses):
 //! - `ingest`: what comes in (an [`Ingest`]) and how its outcome goes back;
-//! - `handle`: the [`Pipeline`] the rest of the daemon holds, `route` which thread an ingest
-//!   goes to; `start` starts the threads and the observer, `settings` + `reload` are what it
+//! - `handle`: the [`Pipeline`] the rest of the daemon holds, `route` which shard an ingest
+//!   goes to, `shard` who handles it (in place, or the shard's thread); `start` starts the
+//!   threads and the observer, `settings` + `reload` are what it
 //!   runs under and how that is replaced;
-//! - `map_stage`: the thread, one ingest at a time from a `fair` queue, through `map`;
+//! - `map_stage`: one ingest at a time (queued ones from a `fair` queue), through `map`;
 //! - `worker`: then each mapped ingest through `filter` → `verdict` (with `decide`) →
 //!   `append` (with `joins`);
 //! - `draft` + `normalize`: the events on their way, and checking what plugins emit;
@@ -44,6 +48,7 @@ mod observe;
 mod reload;
 mod route;
 mod settings;
+mod shard;
 mod start;
 mod verdict;
 mod worker;

@@ -6,7 +6,7 @@
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use super::handle::Pipeline;
 use super::joins::JoinMemory;
@@ -14,6 +14,7 @@ use super::map_stage::MapStage;
 use super::observe::observe;
 use super::route::thread_count;
 use super::settings::PipelineSettings;
+use super::shard::Shard;
 use super::worker::Worker;
 use crate::budget::Budgets;
 use crate::checkpoint::Checkpoints;
@@ -22,10 +23,6 @@ use crate::hub::Hub;
 use crate::plugins::PluginSet;
 use crate::plugins::{PLUGIN_STACK_BYTES, allow_inline_calls};
 use crate::store::Store;
-
-/// Ingests waiting for each pipeline thread; past it, `ingest` waits (each one is also
-/// charged to the clients' memory budget by the socket layer).
-const QUEUE: usize = 1024;
 
 impl Pipeline {
     /// Loads the plugins and starts the pipeline's threads and the `on_event` observer (on
@@ -53,11 +50,24 @@ impl Pipeline {
             "plugins loaded"
         );
         let (plugins, _) = watch::channel(set);
+        let tool_index: Arc<std::sync::OnceLock<_>> = Arc::default();
         let threads = thread_count(config.plugins.pipeline_threads);
-        let (queues, receivers): (Vec<_>, Vec<_>) =
-            (0..threads).map(|_| mpsc::channel(QUEUE)).unzip();
-        let pipeline = Arc::new(Pipeline {
-            queues,
+        let pipeline = Arc::new_cyclic(|weak: &std::sync::Weak<Pipeline>| Pipeline {
+            shards: (0..threads)
+                .map(|_| {
+                    Arc::new(Shard::new(MapStage {
+                        plugins: plugins.subscribe(),
+                        worker: Worker {
+                            store: store.clone(),
+                            checkpoints: checkpoints.clone(),
+                            budgets: budgets.clone(),
+                            pipeline: weak.clone(),
+                            joins: JoinMemory::default(),
+                            tool_index: tool_index.clone(),
+                        },
+                    }))
+                })
+                .collect(),
             plugins,
             feed,
             settings: Mutex::new(settings.clone()),
@@ -65,26 +75,16 @@ impl Pipeline {
             ingested: AtomicU64::new(0),
             observer_lagged: AtomicU64::new(0),
             redact,
-            tool_index: Arc::default(),
+            tool_index: tool_index.clone(),
         });
-        for (n, rx) in receivers.into_iter().enumerate() {
-            let stage = MapStage {
-                plugins: pipeline.plugins.subscribe(),
-                worker: Worker {
-                    store: store.clone(),
-                    checkpoints: checkpoints.clone(),
-                    budgets: budgets.clone(),
-                    pipeline: Arc::downgrade(&pipeline),
-                    joins: JoinMemory::default(),
-                    tool_index: pipeline.tool_index.clone(),
-                },
-            };
+        for (n, shard) in pipeline.shards.iter().enumerate() {
+            let shard = shard.clone();
             std::thread::Builder::new()
                 .name(format!("dstream-pipe-{n}"))
                 .stack_size(PLUGIN_STACK_BYTES)
                 .spawn(move || {
                     allow_inline_calls();
-                    stage.run(rx)
+                    shard.run()
                 })?;
         }
         tokio::spawn(observe(

@@ -88,6 +88,11 @@ impl Plugin {
         self.shared.disabled()
     }
 
+    /// Whether any thread may run its calls (see [`super::contract`]'s `anywhere`).
+    pub fn runs_anywhere(&self) -> bool {
+        self.inline.as_ref().is_some_and(|i| i.anywhere())
+    }
+
     /// Runs one hook and waits for it, at most until its deadline (plus a short grace).
     pub fn call(&self, hook: Hooks, input: Input) -> Result<Vec<Json>, Failure> {
         if let Some(reason) = self.disabled() {

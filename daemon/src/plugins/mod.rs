@@ -49,6 +49,18 @@ impl PluginSet {
             .find(|p| p.has(Hooks::MAP) && p.meta.sources.iter().any(|s| s == source))
     }
 
+    /// Whether every plugin an ingest from `source` can meet (its mapping, every `process`
+    /// and `decide`) runs on any thread: the built-in Rust ones. Then the ingest may be
+    /// handled on an async worker, which a Lua state or a native call could hold up.
+    pub fn runs_anywhere(&self, source: &str) -> bool {
+        self.mapper(source).is_none_or(|m| m.runs_anywhere())
+            && self
+                .plugins
+                .iter()
+                .filter(|p| p.has(Hooks::PROCESS) || p.has(Hooks::DECIDE))
+                .all(|p| p.runs_anywhere())
+    }
+
     pub fn with(&self, hook: Hooks) -> impl Iterator<Item = &Arc<Plugin>> {
         self.plugins.iter().filter(move |p| p.has(hook))
     }
@@ -150,6 +162,40 @@ mod tests {
             },
             max_consecutive_errors: 5,
         }
+    }
+
+    #[test]
+    fn only_ingests_that_meet_no_lua_or_native_plugin_may_be_handled_anywhere() {
+        let set = PluginSet::load(&settings(), None);
+        // The built-in Rust mappings, no filter: anywhere.
+        for source in [
+            "claude-code",
+            "opencode",
+            "claude-agent-sdk",
+            "unknown-source",
+        ] {
+            assert!(set.runs_anywhere(source), "{source}");
+        }
+        // A built-in Lua mapping: on the pipeline's thread.
+        assert!(!set.runs_anywhere("claude-code-transcript"));
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("keep.lua"),
+            "local M = { name = \"keep\", api = 1 }\n\
+             function M.process(event, emit) emit(event) end\n\
+             return M\n",
+        )
+        .unwrap();
+        let with_filter = PluginSet::load(
+            &PluginSettings {
+                dir: dir.path().to_path_buf(),
+                ..settings()
+            },
+            None,
+        );
+        assert!(with_filter.errors.is_empty(), "{:?}", with_filter.errors);
+        // A Lua filter every event passes through: none is handled anywhere.
+        assert!(!with_filter.runs_anywhere("claude-code"));
     }
 
     /// What each mapping costs back to back (warm caches; the bench measures them one ingest
