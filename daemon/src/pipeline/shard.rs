@@ -75,11 +75,11 @@ impl Shard {
             drop(state);
             return (ingest.done)(Err(IngestError::Stopped));
         }
-        // Given back when the ingest leaves the queue.
-        permit.forget();
-        state.waiting.push(Waiting { ingest, in_place });
         if !in_place || state.stage.is_none() {
-            // The holder of the stage, or the thread, gets to it.
+            // The holder of the stage, or the thread, gets to it. The permit is given back
+            // when the ingest leaves the queue.
+            permit.forget();
+            state.waiting.push(Waiting { ingest, in_place });
             let free = state.stage.is_some();
             drop(state);
             if free {
@@ -88,13 +88,28 @@ impl Shard {
             return;
         }
         let mut stage = state.stage.take().expect("checked just above");
+        // Nothing ahead of it: handled without a trip through the queue.
+        let mut first = if state.waiting.is_empty() {
+            drop(permit);
+            Some(ingest)
+        } else {
+            permit.forget();
+            state.waiting.push(Waiting { ingest, in_place });
+            None
+        };
         for _ in 0..IN_PLACE_STINT {
-            let Some(next) = state.waiting.pop_if(|w| w.in_place) else {
-                break;
+            let next = match first.take() {
+                Some(ingest) => ingest,
+                None => match state.waiting.pop_if(|w| w.in_place) {
+                    Some(w) => {
+                        self.room.add_permits(1);
+                        w.ingest
+                    }
+                    None => break,
+                },
             };
             drop(state);
-            self.room.add_permits(1);
-            stage.handle(next.ingest);
+            stage.handle(next);
             state = self.state.lock().unwrap();
         }
         state.stage = Some(stage);
