@@ -19,6 +19,7 @@ use super::draft::fallback_session;
 use super::ingest::{Ingest, IngestError};
 use super::map::map;
 use super::normalize::verbatim;
+use super::shard::Stage;
 use super::worker::{Mapped, Worker};
 use crate::plugins::PluginSet;
 
@@ -29,14 +30,16 @@ pub(super) struct MapStage {
     pub worker: Worker,
 }
 
-impl MapStage {
+impl Stage for MapStage {
     /// Maps one ingest, then has the worker filter, decide and append its events.
-    pub(super) fn handle(&mut self, ingest: Ingest) {
+    fn handle(&mut self, ingest: Ingest) {
         if let Some(mapped) = self.map(ingest) {
             self.worker.handle(mapped);
         }
     }
+}
 
+impl MapStage {
     /// Parses the raw event and maps it; `None` once the pipeline is gone (the ingest is
     /// answered "stopped").
     fn map(&mut self, mut ingest: Ingest) -> Option<Mapped> {

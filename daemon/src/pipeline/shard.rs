@@ -1,6 +1,6 @@
 //! One shard of the pipeline: the ingests of the sessions that hash to it (`route`), queued in
 //! arrival order (clients in turn) and handled one at a time by whoever holds its
-//! [`MapStage`], so a session's events are stored in the order its hooks fired.
+//! stage (`map_stage`), so a session's events are stored in the order its hooks fired.
 //!
 //! The caller of an ingest whose plugins all run anywhere (the built-in Rust ones: no Lua
 //! state, no native call that may hang) takes the stage when it is free and handles the queue
@@ -14,7 +14,6 @@ use tokio::sync::Semaphore;
 
 use super::fair::FairQueue;
 use super::ingest::{Ingest, IngestError};
-use super::map_stage::MapStage;
 
 /// Ingests waiting for a shard; past it, `submit` waits (each one is also charged to the
 /// clients' memory budget by the socket layer).
@@ -22,6 +21,12 @@ const QUEUE: usize = 1024;
 /// The most ingests an async worker handles in one turn before it leaves the rest to the
 /// shard's thread: its own connections wait meanwhile.
 const IN_PLACE_STINT: usize = 32;
+
+/// What handles a shard's ingests, one at a time: its map stage (kept behind this trait so
+/// that the shard, which the pipeline's handle holds, does not depend on the stage's steps).
+pub(super) trait Stage: Send {
+    fn handle(&mut self, ingest: Ingest);
+}
 
 /// A queued ingest, and whether any thread may handle it.
 pub(super) struct Waiting {
@@ -46,12 +51,12 @@ pub(super) struct Shard {
 struct State {
     waiting: FairQueue<Waiting>,
     /// `None` while an ingest is being handled (by the thread or a caller).
-    stage: Option<MapStage>,
+    stage: Option<Box<dyn Stage>>,
     closed: bool,
 }
 
 impl Shard {
-    pub(super) fn new(stage: MapStage) -> Shard {
+    pub(super) fn new(stage: Box<dyn Stage>) -> Shard {
         Shard {
             state: Mutex::new(State {
                 waiting: FairQueue::default(),

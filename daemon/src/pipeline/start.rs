@@ -55,7 +55,7 @@ impl Pipeline {
         let pipeline = Arc::new_cyclic(|weak: &std::sync::Weak<Pipeline>| Pipeline {
             shards: (0..threads)
                 .map(|_| {
-                    Arc::new(Shard::new(MapStage {
+                    Arc::new(Shard::new(Box::new(MapStage {
                         plugins: plugins.subscribe(),
                         worker: Worker {
                             store: store.clone(),
@@ -65,7 +65,7 @@ impl Pipeline {
                             joins: JoinMemory::default(),
                             tool_index: tool_index.clone(),
                         },
-                    }))
+                    })))
                 })
                 .collect(),
             plugins,
