@@ -75,7 +75,7 @@ impl Pipeline {
             ingested: AtomicU64::new(0),
             observer_lagged: AtomicU64::new(0),
             redact,
-            tool_index: tool_index.clone(),
+            tool_index,
         });
         for (n, shard) in pipeline.shards.iter().enumerate() {
             let shard = shard.clone();

@@ -90,9 +90,13 @@ pub struct Reindexed {
 
 pub enum Command {
     Reindex(oneshot::Sender<Result<Reindexed, String>>),
-    /// A query found the file damaged (an index opened without its full check, see
-    /// `index::Check`): rebuild it from the logs.
-    Damaged(String),
+    /// A query found the file of `generation` damaged (an index opened without its full
+    /// check, see `index::Check`): rebuild it from the logs, once, however many queries
+    /// report it.
+    Damaged {
+        generation: u64,
+        why: String,
+    },
 }
 
 /// Starts the thread; it stops when `stopping` is set and the command sender is dropped.
@@ -245,7 +249,12 @@ impl Observer {
                         e.to_string()
                     }));
                 }
-                Wake::Command(Command::Damaged(why)) => self.failed(IndexError::Damaged(why)),
+                Wake::Command(Command::Damaged { generation, why }) => {
+                    // A file already rebuilt since the query read it is not damaged.
+                    if generation == self.shared.generation.load(Ordering::Relaxed) {
+                        self.failed(IndexError::Damaged(why));
+                    }
+                }
                 Wake::Events | Wake::Idle => {}
             }
             if last_sweep.elapsed() >= SWEEP_EVERY {
@@ -623,7 +632,7 @@ async fn idle(commands: &mut mpsc::UnboundedReceiver<Command>, pause: Duration) 
                 Wake::Idle
             }
             // Not open: the next attempt opens (or recreates) it anyway.
-            Some(Command::Damaged(_)) => Wake::Idle,
+            Some(Command::Damaged { .. }) => Wake::Idle,
         },
         () = tokio::time::sleep(pause) => Wake::Idle,
     }

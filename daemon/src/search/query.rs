@@ -58,7 +58,9 @@ impl Search {
                 });
             }
             Err(QueryError::Index(e)) => {
-                self.found_damage(e.is_damage(), &e);
+                if e.is_damage() {
+                    self.found_damage(generation, &e);
+                }
                 return Err(SearchError::Index(e.to_string()));
             }
         };
@@ -118,7 +120,9 @@ impl Search {
             Ok(r) => Some(r),
             Err(e) => {
                 tracing::warn!(error = %e, "usage from the search index failed; reading the logs");
-                self.found_damage(index::is_corrupt(&e), &e);
+                if index::is_corrupt(&e) {
+                    self.found_damage(generation, &e);
+                }
                 None
             }
         }
@@ -179,20 +183,22 @@ impl Search {
             Ok(Some(id)) => Ok(id),
             Ok(None) => Err(indexed),
             Err(e) => {
-                self.found_damage(index::is_corrupt(&e), &e);
+                if index::is_corrupt(&e) {
+                    self.found_damage(generation, &e);
+                }
                 Err(0)
             }
         }
     }
 
-    /// Has the thread rebuild the file when a query found it damaged (it is opened without
-    /// reading every page after a clean close; see `index::Check`).
-    fn found_damage(&self, damaged: bool, e: &dyn std::fmt::Display) {
-        if !damaged {
-            return;
-        }
+    /// Has the thread rebuild the file of `generation` when a query found it damaged (it is
+    /// opened without reading every page after a clean close; see `index::Check`).
+    fn found_damage(&self, generation: u64, e: &dyn std::fmt::Display) {
         if let Some(r) = self.running.lock().unwrap().as_ref() {
-            let _ = r.commands.send(Command::Damaged(e.to_string()));
+            let _ = r.commands.send(Command::Damaged {
+                generation,
+                why: e.to_string(),
+            });
         }
     }
 
