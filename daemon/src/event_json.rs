@@ -2,8 +2,10 @@
 //! carries to readers and what the relay sends, without parsing it again. It sits below both
 //! the store and the hub.
 //!
-//! A stored line leaves out two fields it can do without (see [`CompactFields`]); every reader
+//! A stored line leaves out fields it can do without (see [`CompactFields`]); every reader
 //! of an [`EventJson`] gets them back, so the event a client sees is the same either way.
+
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -12,25 +14,42 @@ const STREAM_KEY: &[u8] = b",\"stream_id\":\"";
 const TIMESTAMP_KEY: &[u8] = b",\"timestamp\":";
 const PAYLOAD_KEY: &[u8] = b",\"payload\":";
 
-/// The fields a stored line may leave out, each when it says nothing the line does not
-/// already say: `stream_id` when it equals the line's `session_id` (a session that is its own
-/// lineage root, the common case), `timestamp` when it equals the millisecond of the line's
-/// ULID `id` (the commit stamps both from one clock reading). A line that leaves them out is
-/// still one JSON object, and still the line a reader sees once they are put back.
+/// The fields a stored line may leave out, each when it says nothing the line and its log do
+/// not already say: `session_id` when the line is in that session's own log (the log's name
+/// says it; a fork's copied prefix keeps its parent's), `stream_id` when it equals the
+/// `session_id` (a session that is its own lineage root, the common case), `timestamp` when it
+/// equals the millisecond of the line's ULID `id` (the commit stamps both from one clock
+/// reading). A line that leaves them out is still one JSON object, and still the line a
+/// reader sees once they are put back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CompactFields {
+    pub session_id: bool,
     pub stream_id: bool,
     pub timestamp: bool,
 }
 
 impl CompactFields {
-    /// Which fields an event with these values may leave out.
-    pub fn for_event(session_id: &str, stream_id: &str, id: &str, timestamp: u64) -> Self {
+    /// Which fields an event with these values may leave out, written to the log of
+    /// `log_session`.
+    pub fn for_event(
+        log_session: &str,
+        session_id: &str,
+        stream_id: &str,
+        id: &str,
+        timestamp: u64,
+    ) -> Self {
         CompactFields {
+            // A name that needs escaping in JSON is never left out (the refill writes it as is).
+            session_id: session_id == log_session && !needs_escape(session_id),
             stream_id: stream_id == session_id,
             timestamp: ulid_ms(id.as_bytes()) == Some(timestamp),
         }
     }
+}
+
+/// Whether `s` would be written differently as a JSON string's content.
+fn needs_escape(s: &str) -> bool {
+    s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\')
 }
 
 /// The millisecond a ULID encodes.
@@ -42,18 +61,22 @@ fn ulid_ms(id: &[u8]) -> Option<u64> {
 /// Where the left-out fields go back into a stored body, found once when it is read.
 #[derive(Debug, Clone, Copy, Default)]
 struct Refill {
-    /// Where `,"stream_id":"<session_id>"` goes, and the session id's span in the body.
-    stream: Option<(u32, u32, u32)>,
+    /// Where `,"session_id":"<the log's session>"` goes.
+    session: Option<u32>,
+    /// Where `,"stream_id":"<session_id>"` goes, and the session id's span in the body (`None`:
+    /// the log's session, itself left out).
+    stream: Option<(u32, Option<(u32, u32)>)>,
     /// Where `,"timestamp":<ms>` goes, and the value.
     timestamp: Option<(u32, u64)>,
 }
 
 impl Refill {
     /// Finds the fields `body` left out. A stored body begins
-    /// `{"lsn":N,"id":"<ulid>","type":"…","session_id":"…"`, then the optional string fields
-    /// (`stream_id`, `causation_id`, `correlation_id`, `actor`), then `timestamp` unless it
-    /// was left out, then `payload`. The walk reads just that head, field by field (it runs
-    /// on every event read, so no searching); a body of any other shape needs nothing.
+    /// `{"lsn":N,"id":"<ulid>","type":"…"`, then `session_id` unless it was left out, then the
+    /// optional string fields (`stream_id`, `causation_id`, `correlation_id`, `actor`), then
+    /// `timestamp` unless it was left out, then `payload`. The walk reads just that head, field
+    /// by field (it runs on every event read, so no searching); a body of any other shape
+    /// needs nothing.
     fn find(body: &[u8]) -> Refill {
         Self::walk(body).unwrap_or_default()
     }
@@ -63,10 +86,16 @@ impl Refill {
         at += body.get(at..)?.iter().position(|&c| c == b',')?;
         let id = string_field(body, &mut at, b",\"id\":\"")?;
         string_field(body, &mut at, b",\"type\":\"")?;
-        let session = string_field(body, &mut at, SESSION_KEY)?;
         let mut refill = Refill::default();
+        let session = if body[at..].starts_with(SESSION_KEY) {
+            let (from, to) = string_field(body, &mut at, SESSION_KEY)?;
+            Some((from as u32, to as u32))
+        } else {
+            refill.session = Some(at as u32);
+            None
+        };
         if !body[at..].starts_with(STREAM_KEY) {
-            refill.stream = Some((at as u32, session.0 as u32, session.1 as u32));
+            refill.stream = Some((at as u32, session));
         }
         for key in [
             STREAM_KEY,
@@ -85,14 +114,26 @@ impl Refill {
         Some(refill)
     }
 
-    /// Writes `body` with the left-out fields back in, and its closing `}`.
-    fn write(&self, body: &[u8], out: &mut Vec<u8>) {
+    /// Writes `body` with the left-out fields back in, and its closing `}`; `session` is the
+    /// log's session, for a body that left its own out.
+    fn write(&self, body: &[u8], session: &str, out: &mut Vec<u8>) {
         let mut done = 0;
-        if let Some((at, from, to)) = self.stream {
+        if let Some(at) = self.session {
             let at = at as usize;
             out.extend_from_slice(&body[..at]);
+            out.extend_from_slice(SESSION_KEY);
+            push_str_content(session, out);
+            out.push(b'"');
+            done = at;
+        }
+        if let Some((at, span)) = self.stream {
+            let at = at as usize;
+            out.extend_from_slice(&body[done..at]);
             out.extend_from_slice(STREAM_KEY);
-            out.extend_from_slice(&body[from as usize..to as usize]);
+            match span {
+                Some((from, to)) => out.extend_from_slice(&body[from as usize..to as usize]),
+                None => push_str_content(session, out),
+            }
             out.push(b'"');
             done = at;
         }
@@ -107,15 +148,39 @@ impl Refill {
         out.push(b'}');
     }
 
-    /// Bytes the refilled fields add.
-    fn extra(&self) -> usize {
-        let stream = self.stream.map_or(0, |(_, from, to)| {
-            STREAM_KEY.len() + (to - from) as usize + 1
+    /// Bytes the refilled fields add, `session` being the log's session.
+    fn extra(&self, session: &str) -> usize {
+        let own = self
+            .session
+            .map_or(0, |_| SESSION_KEY.len() + str_content_len(session) + 1);
+        let stream = self.stream.map_or(0, |(_, span)| {
+            let len = span.map_or(str_content_len(session), |(from, to)| (to - from) as usize);
+            STREAM_KEY.len() + len + 1
         });
         let timestamp = self.timestamp.map_or(0, |(_, ms)| {
             TIMESTAMP_KEY.len() + itoa_u64(ms, &mut [0; 20]).len()
         });
-        stream + timestamp
+        own + stream + timestamp
+    }
+}
+
+/// Writes `s` as a JSON string's content. A writer never leaves out a session id that needs
+/// escaping, but a log's name is not the writer's to promise, so it is escaped all the same.
+fn push_str_content(s: &str, out: &mut Vec<u8>) {
+    if needs_escape(s) {
+        let quoted = serde_json::to_vec(s).expect("a str serializes");
+        out.extend_from_slice(&quoted[1..quoted.len() - 1]);
+    } else {
+        out.extend_from_slice(s.as_bytes());
+    }
+}
+
+/// Bytes [`push_str_content`] writes for `s`.
+fn str_content_len(s: &str) -> usize {
+    if needs_escape(s) {
+        serde_json::to_vec(s).map_or(0, |q| q.len() - 2)
+    } else {
+        s.len()
     }
 }
 
@@ -145,35 +210,53 @@ fn itoa_u64(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
 }
 
 /// One committed event as subscribers receive it: the stored JSON without its crc field and
-/// without the closing `}` (see [`EventJson::write_to`]).
+/// without the closing `}` (see [`EventJson::write_to`]), and the session whose log holds it.
 #[derive(Debug, Clone)]
 pub struct EventJson {
     pub lsn: u64,
     body: Bytes,
     refill: Refill,
+    /// The log's session, which a body may have left out (see [`CompactFields`]).
+    session: Arc<str>,
 }
 
 impl EventJson {
-    pub(crate) fn new(lsn: u64, body: Bytes) -> Self {
+    /// The stored `body` of record `lsn`, read from the log of `session`.
+    pub(crate) fn new(lsn: u64, body: Bytes, session: &Arc<str>) -> Self {
         let refill = Refill::find(&body);
-        EventJson { lsn, body, refill }
+        EventJson {
+            lsn,
+            body,
+            refill,
+            session: session.clone(),
+        }
     }
     /// Appends the event as a complete JSON object, with every field (left out or not).
     pub fn write_to(&self, out: &mut Vec<u8>) {
         out.reserve(self.len());
-        self.refill.write(&self.body, out);
+        self.refill.write(&self.body, &self.session, out);
     }
-    /// A stored body (a line without its crc field) as the complete JSON object a reader
-    /// gets, for the store's own look at a line's fields.
-    pub(crate) fn full(body: &[u8]) -> Vec<u8> {
+    /// Appends the event as a stored line's object that says its own session (for a copy into
+    /// another session's log, a fork's prefix): the stored body with `session_id` put back
+    /// where it was left out, the other left-out fields still left out.
+    pub fn write_with_session(&self, out: &mut Vec<u8>) {
+        let own = Refill {
+            session: self.refill.session,
+            ..Refill::default()
+        };
+        own.write(&self.body, &self.session, out);
+    }
+    /// A stored body (a line without its crc field) from the log of `session`, as the complete
+    /// JSON object a reader gets, for the store's own look at a line's fields.
+    pub(crate) fn full(body: &[u8], session: &str) -> Vec<u8> {
         let refill = Refill::find(body);
-        let mut out = Vec::with_capacity(body.len() + 1 + refill.extra());
-        refill.write(body, &mut out);
+        let mut out = Vec::with_capacity(body.len() + 1 + refill.extra(session));
+        refill.write(body, session, &mut out);
         out
     }
     /// Size of the event's JSON in bytes, as [`EventJson::write_to`] writes it.
     pub fn len(&self) -> usize {
-        self.body.len() + 1 + self.refill.extra()
+        self.body.len() + 1 + self.refill.extra(&self.session)
     }
     pub fn is_empty(&self) -> bool {
         false
@@ -196,11 +279,56 @@ mod tests {
     use super::*;
 
     fn written(body: &str) -> String {
-        let e = EventJson::new(1, Bytes::copy_from_slice(body.as_bytes()));
+        written_in("log-session", body)
+    }
+
+    /// `body` read from the log of `session`, as a reader gets it.
+    fn written_in(session: &str, body: &str) -> String {
+        let e = EventJson::new(1, Bytes::copy_from_slice(body.as_bytes()), &session.into());
         let mut out = Vec::new();
         e.write_to(&mut out);
         assert_eq!(out.len(), e.len(), "len() is what write_to writes");
+        assert_eq!(out, EventJson::full(body.as_bytes(), session));
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn a_line_that_left_its_session_out_gets_its_logs() {
+        let id = ulid::Ulid::from_parts(1_795_807_198_596, 42).to_string();
+        let compact = format!(r#"{{"lsn":7,"id":"{id}","type":"t","actor":"a","payload":{{}}"#);
+        assert_eq!(
+            written_in("s-1", &compact),
+            format!(
+                r#"{{"lsn":7,"id":"{id}","type":"t","session_id":"s-1","stream_id":"s-1","actor":"a","timestamp":1795807198596,"payload":{{}}}}"#
+            )
+        );
+        // Its own stream is kept.
+        let own_stream =
+            format!(r#"{{"lsn":7,"id":"{id}","type":"t","stream_id":"root","payload":{{}}"#);
+        assert!(
+            written_in("s-1", &own_stream)
+                .contains(r#""type":"t","session_id":"s-1","stream_id":"root","timestamp""#)
+        );
+        // A log whose name needs escaping still reads as JSON.
+        let odd: serde_json::Value = serde_json::from_str(&written_in("a\"b", &compact)).unwrap();
+        assert_eq!(odd["session_id"], "a\"b");
+        assert_eq!(odd["stream_id"], "a\"b");
+        // A copy for another log says its session and leaves the rest out.
+        let e = EventJson::new(7, Bytes::from(compact.clone()), &"s-1".into());
+        let mut copy = Vec::new();
+        e.write_with_session(&mut copy);
+        let copy = String::from_utf8(copy).unwrap();
+        assert_eq!(
+            copy,
+            format!(
+                r#"{{"lsn":7,"id":"{id}","type":"t","session_id":"s-1","actor":"a","payload":{{}}}}"#
+            )
+        );
+        // ... and reads the same from any log.
+        assert_eq!(
+            written_in("child", &copy[..copy.len() - 1]),
+            written_in("s-1", &compact)
+        );
     }
 
     #[test]
@@ -249,11 +377,12 @@ mod tests {
     #[test]
     fn which_fields_an_event_may_leave_out() {
         let id = ulid::Ulid::from_parts(1_000, 7).to_string();
-        let both = CompactFields::for_event("s", "s", &id, 1_000);
-        assert!(both.stream_id && both.timestamp);
-        let neither = CompactFields::for_event("s", "p", &id, 1_001);
-        assert!(!neither.stream_id && !neither.timestamp);
-        assert!(!CompactFields::for_event("s", "s", "not-a-ulid", 0).timestamp);
+        let all = CompactFields::for_event("s", "s", "s", &id, 1_000);
+        assert!(all.session_id && all.stream_id && all.timestamp);
+        let none = CompactFields::for_event("log", "s", "p", &id, 1_001);
+        assert!(!none.session_id && !none.stream_id && !none.timestamp);
+        assert!(!CompactFields::for_event("s", "s", "s", "not-a-ulid", 0).timestamp);
+        assert!(!CompactFields::for_event("a\"b", "a\"b", "s", &id, 1_000).session_id);
         assert_eq!(ulid_ms(id.to_lowercase().as_bytes()), Some(1_000));
     }
 }
@@ -269,18 +398,19 @@ mod cost {
         let id = ulid::Ulid::from_parts(1_795_807_198_596, 42).to_string();
         let pad = "x".repeat(200);
         let compact = format!(
-            r#"{{"lsn":100000,"id":"{id}","type":"bench.event","session_id":"bench-7","payload":{{"pad":"{pad}","seq":1}}"#
+            r#"{{"lsn":100000,"id":"{id}","type":"bench.event","payload":{{"pad":"{pad}","seq":1}}"#
         );
         let full = format!(
             r#"{{"lsn":100000,"id":"{id}","type":"bench.event","session_id":"bench-7","stream_id":"bench-7","timestamp":1795807198596,"payload":{{"pad":"{pad}","seq":1}}"#
         );
+        let session: Arc<str> = "bench-7".into();
         for (name, body) in [("compact", compact), ("full", full)] {
             let body = Bytes::from(body);
             let mut out = Vec::with_capacity(1 << 20);
             let n = 2_000_000;
             let t = std::time::Instant::now();
             for _ in 0..n {
-                let e = EventJson::new(1, std::hint::black_box(body.clone()));
+                let e = EventJson::new(1, std::hint::black_box(body.clone()), &session);
                 out.clear();
                 e.write_to(&mut out);
                 std::hint::black_box(&out);
@@ -288,7 +418,7 @@ mod cost {
             let per = t.elapsed().as_nanos() as f64 / n as f64;
             let t = std::time::Instant::now();
             for _ in 0..n {
-                let e = EventJson::new(1, std::hint::black_box(body.clone()));
+                let e = EventJson::new(1, std::hint::black_box(body.clone()), &session);
                 std::hint::black_box(&e);
             }
             let new_only = t.elapsed().as_nanos() as f64 / n as f64;

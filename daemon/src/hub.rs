@@ -227,9 +227,10 @@ mod tests {
 
     fn event(session: &str, lsn: u64, size: usize) -> Committed {
         let body = format!("{{\"lsn\":{lsn},\"x\":\"{}\"", "a".repeat(size));
+        let session: std::sync::Arc<str> = session.into();
         Committed {
-            session: session.into(),
-            event: EventJson::new(lsn, Bytes::from(body)),
+            event: EventJson::new(lsn, Bytes::from(body), &session),
+            session,
         }
     }
 

@@ -188,14 +188,17 @@ fn restart_after_sigterm_keeps_every_event_identical() {
     assert_eq!(c.read_all("r2"), r2);
 
     // On disk: one line per event, each with a valid CRC32C, carrying the event's fields. A
-    // line leaves out what it already says: `stream_id` when it is the session's own, the
-    // `timestamp` when it is the millisecond of the event's ULID.
+    // line leaves out what it and its log already say: `session_id` (the log's name),
+    // `stream_id` when it is the session's own, the `timestamp` when it is the millisecond of
+    // the event's ULID.
     for s in ["r1", "r2"] {
         let recs = verify_log_file(&d.log_path(s));
         let events = c.read_all(s);
         assert_eq!(recs.len(), events.len(), "{s}: one line per event");
         for (rec, ev) in recs.iter().zip(&events) {
-            for k in ["lsn", "id", "type", "session_id", "payload"] {
+            assert!(rec.get("session_id").is_none(), "{s}: {rec}");
+            assert_eq!(ev["session_id"], json!(s), "{s}: {ev}");
+            for k in ["lsn", "id", "type", "payload"] {
                 assert_eq!(
                     rec[k], ev[k],
                     "{s}: field {k} of the stored line {rec} vs read {ev}"

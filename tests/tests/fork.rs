@@ -44,7 +44,7 @@ fn subscribe_all(c: &mut Client, session: &str) -> Vec<Value> {
 
 #[test]
 fn a_fork_reads_its_parents_prefix_then_its_own_events() {
-    let d = Daemon::start();
+    let mut d = Daemon::start();
     let mut c = d.client();
     fill(&mut c, "p", 20);
     let parent = c.read_all("p");
@@ -104,6 +104,22 @@ fn a_fork_reads_its_parents_prefix_then_its_own_events() {
     let h_id = h["session_id"].as_str().unwrap().to_string();
     assert!(h_id.starts_with("p.fork-"), "{h}");
     assert_eq!(c.read_all(&h_id), parent[..1]);
+
+    // On disk a log's own lines leave their session out (its name says it); the copied
+    // prefix says whose each event is, so a fork of a fork still tells them apart.
+    let lines = dstream_tests::verify_log_file(&d.log_path("g"));
+    let said: Vec<Option<&str>> = lines.iter().map(|l| l["session_id"].as_str()).collect();
+    let mut want = vec![Some("p"); 12];
+    want.extend([Some("f"), None]);
+    assert_eq!(said, want);
+    // And a restart (which reads the logs back) changes nothing.
+    drop(c);
+    d.stop();
+    d.restart();
+    let mut c = d.client();
+    assert_eq!(c.read_all("f"), f);
+    assert_eq!(c.read_all("g"), gs);
+    assert_eq!(c.read_all("p")[..20], parent[..]);
 }
 
 #[test]

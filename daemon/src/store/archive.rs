@@ -147,6 +147,7 @@ impl Archive {
             reason,
         };
         let frames = &self.footer.frames;
+        let name: std::sync::Arc<str> = session.into();
         let mut out = Vec::new();
         let mut bytes = 0;
         let first = frames.partition_point(|f| f.last_lsn < from_lsn);
@@ -167,7 +168,7 @@ impl Archive {
                     return Ok(out);
                 }
                 bytes += body.len();
-                out.push(EventJson::new(lsn, raw.slice_ref(body)));
+                out.push(EventJson::new(lsn, raw.slice_ref(body), &name));
                 if lsn >= upto || out.len() >= limit || bytes >= max_bytes {
                     return Ok(out);
                 }

@@ -1,10 +1,10 @@
 //! Forking a session: a new session whose events 1..=k are its parent's and whose next append
 //! takes k + 1.
 //!
-//! The fork is a copy, not a read-through: the bytes of the parent's records 1..=k (each line
-//! as stored, so LSNs and CRCs are kept, and with them the parent's `session_id` in each of
-//! those events) go to a temporary file, which is synced; a sidecar `<new>.fork` names the
-//! parent and k. Then, under the store's session map lock (so no append can reach the new id
+//! The fork is a copy, not a read-through: the parent's records 1..=k, read through its
+//! archive and log (so LSNs are kept), each line as stored but saying the parent's
+//! `session_id` (which the parent's own lines leave out), sealed again, go to a temporary file,
+//! which is synced and indexed as it is written; a sidecar `<new>.fork` names the parent and k. Then, under the store's session map lock (so no append can reach the new id
 //! in between), the sidecar and the log are renamed into place, the folder synced after each,
 //! and the session registered. The log's rename is the commit point: a crash before it leaves
 //! only temporary files and perhaps a sidecar without a log, which the next start removes
@@ -19,11 +19,11 @@ use serde::Deserialize;
 
 use super::error::StoreError;
 use super::gaps::Gaps;
-use super::index::SparseIndex;
+use super::index::{IndexEntry, SparseIndex};
 use super::record;
 use super::session::{Session, SessionMeta, SessionState};
 use super::types::ForkOrigin;
-use crate::vfs::{Open, Vfs, VfsFile};
+use crate::vfs::{Open, Vfs};
 
 /// What a fork made.
 #[derive(Debug, Clone)]
@@ -74,69 +74,30 @@ pub(crate) fn clean_leftovers(vfs: &dyn Vfs, sessions_dir: &Path) -> io::Result<
     Ok(())
 }
 
-/// The parent's log prefix 1..=`at`, found from its index: where it ends, the last record's
-/// LSN and timestamp.
+/// The copy of the parent's prefix 1..=`at`: where it ends, its index, the last record's LSN
+/// and timestamp.
 struct Prefix {
     end: u64,
+    index: SparseIndex,
     last_lsn: u64,
     last_ts: u64,
 }
 
-fn find_prefix(parent: &Session, file: &dyn VfsFile, at: u64) -> Result<Prefix, StoreError> {
-    let start = parent.index.read().unwrap().seek(at);
-    let corrupt = |reason: String| StoreError::Corrupt {
-        session: parent.id.clone(),
-        lsn: at,
-        reason,
-    };
-    let (mut offset, mut found) = (start.offset, None::<Prefix>);
-    let mut buf = Vec::new();
-    loop {
-        let have = buf.len();
-        buf.resize(have + (256 << 10), 0);
-        let n = file
-            .read_at(&mut buf[have..], offset + have as u64)
-            .map_err(|e| StoreError::io("reading the parent's log", &e))?;
-        buf.truncate(have + n);
-        let mut line_start = 0;
-        while let Some(nl) = memchr::memchr(b'\n', &buf[line_start..]) {
-            let line = &buf[line_start..line_start + nl];
-            let (lsn, body) = record::open(line).map_err(|e| corrupt(format!("{e:?}")))?;
-            if lsn > at {
-                return found.ok_or_else(|| corrupt(format!("no record at or before lsn {at}")));
-            }
-            #[derive(Deserialize)]
-            struct Ts {
-                timestamp: u64,
-            }
-            let object = crate::event_json::EventJson::full(body);
-            let ts: Ts = serde_json::from_slice(&object).map_err(|e| corrupt(e.to_string()))?;
-            let end = offset + (line_start + nl + 1) as u64;
-            found = Some(Prefix {
-                end,
-                last_lsn: lsn,
-                last_ts: ts.timestamp,
-            });
-            if lsn == at {
-                return Ok(found.expect("just set"));
-            }
-            line_start += nl + 1;
-        }
-        if n == 0 {
-            return found.ok_or_else(|| corrupt(format!("the log ends before lsn {at}")));
-        }
-        offset += line_start as u64;
-        buf.drain(..line_start);
-    }
-}
-
 /// Writes the parent's records 1..=`at` (read through its archive and log) as lines of a new
-/// file at `to`, synced: the same bytes a plain log holds (each record sealed again, which
-/// gives back its own CRC).
-fn copy_events(vfs: &dyn Vfs, parent: &Session, at: u64, to: &Path) -> Result<Prefix, StoreError> {
+/// file at `to`, synced, indexed every `interval` bytes as the commit indexes a log. Each line
+/// is the parent's as stored, but for its `session_id`, which the parent's own lines leave out
+/// and the copy says; sealed again, each gets its own CRC.
+fn copy_events(
+    vfs: &dyn Vfs,
+    parent: &Session,
+    at: u64,
+    to: &Path,
+    interval: u64,
+) -> Result<Prefix, StoreError> {
     let io_err = |e: io::Error| StoreError::io("writing the fork", &e);
     let out = vfs.open(to, Open::Truncate).map_err(io_err)?;
-    let (mut end, mut from, mut last) = (0u64, 1u64, None::<(u64, u64)>);
+    let (mut end, mut from, mut last) = (0u64, 1u64, None);
+    let mut index = SparseIndex::default();
     let mut line = Vec::new();
     while from <= at {
         let page = super::reader::read_range(parent, from, at, 4096, 8 << 20)?;
@@ -144,44 +105,38 @@ fn copy_events(vfs: &dyn Vfs, parent: &Session, at: u64, to: &Path) -> Result<Pr
         from = tail.lsn + 1;
         let mut chunk = Vec::new();
         for e in &page {
-            line.clear();
-            e.write_to(&mut line);
-            record::seal(&line, &mut chunk);
-            #[derive(Deserialize)]
-            struct Ts {
-                timestamp: u64,
+            let offset = end + chunk.len() as u64;
+            if index.last().is_none_or(|l| offset >= l.offset + interval) {
+                index.push(IndexEntry { lsn: e.lsn, offset });
             }
-            let ts = serde_json::from_slice::<Ts>(&line).map_or(0, |t| t.timestamp);
-            last = Some((e.lsn, ts));
+            line.clear();
+            e.write_with_session(&mut line);
+            record::seal(&line, &mut chunk);
         }
+        last = page.into_iter().last();
         out.write_at(&chunk, end).map_err(io_err)?;
         end += chunk.len() as u64;
     }
     out.sync().map_err(io_err)?;
-    let (last_lsn, last_ts) = last.ok_or_else(|| StoreError::Corrupt {
+    let corrupt = |reason: String| StoreError::Corrupt {
         session: parent.id.clone(),
         lsn: at,
-        reason: format!("no record at or before lsn {at}"),
-    })?;
+        reason,
+    };
+    let last = last.ok_or_else(|| corrupt(format!("no record at or before lsn {at}")))?;
+    #[derive(Deserialize)]
+    struct Ts {
+        timestamp: u64,
+    }
+    line.clear();
+    last.write_to(&mut line);
+    let ts: Ts = serde_json::from_slice(&line).map_err(|e| corrupt(e.to_string()))?;
     Ok(Prefix {
         end,
-        last_lsn,
-        last_ts,
+        index,
+        last_lsn: last.lsn,
+        last_ts: ts.timestamp,
     })
-}
-
-/// Copies `len` bytes of `from` into a new file at `to`, synced.
-fn copy_prefix(vfs: &dyn Vfs, from: &dyn VfsFile, len: u64, to: &Path) -> io::Result<()> {
-    let out = vfs.open(to, Open::Truncate)?;
-    let mut buf = vec![0u8; (4 << 20).min(len as usize).max(1)];
-    let mut at = 0u64;
-    while at < len {
-        let want = buf.len().min((len - at) as usize);
-        crate::vfs::read_exact_at(from, &mut buf[..want], at)?;
-        out.write_at(&buf[..want], at)?;
-        at += want as u64;
-    }
-    out.sync()
 }
 
 /// What is made off the async workers before the fork is registered.
@@ -197,22 +152,14 @@ pub(super) fn prepare(
     parent: &Session,
     at: u64,
     new_log: &Path,
+    index_interval: u64,
 ) -> Result<Prepared, StoreError> {
-    let ctx = |c: &'static str| move |e: io::Error| StoreError::io(c, &e);
-    let file = parent
-        .read_handle()
-        .map_err(ctx("opening the parent's log"))?;
-    // A compressed parent's first part is in its archive (its log there is a hole): the
-    // fork gets those records as plain lines, read back through the archive.
-    let archived = parent.archive.read().unwrap().is_some();
+    // Read through the parent's archive and log alike: a compressed parent's first part is in
+    // its archive (its log there is a hole).
     let log_tmp = temp(new_log);
-    let prefix = if archived {
-        copy_events(vfs, parent, at, &log_tmp).inspect_err(|_| {
-            let _ = vfs.remove(&log_tmp);
-        })?
-    } else {
-        find_prefix(parent, &*file, at)?
-    };
+    let prefix = copy_events(vfs, parent, at, &log_tmp, index_interval).inspect_err(|_| {
+        let _ = vfs.remove(&log_tmp);
+    })?;
     let mut renames = Vec::new();
     let result = (|| {
         let origin = ForkOrigin {
@@ -248,9 +195,6 @@ pub(super) fn prepare(
         let bytes = serde_json::to_vec(&origin).map_err(io::Error::other)?;
         write_synced(vfs, &tmp, &bytes)?;
         renames.push((log_tmp.clone(), new_log.to_path_buf()));
-        if !archived {
-            copy_prefix(vfs, &*file, prefix.end, &log_tmp)?;
-        }
         Ok::<_, io::Error>((origin, gaps))
     })();
     let (origin, gaps) = match result {
@@ -260,19 +204,11 @@ pub(super) fn prepare(
             return Err(StoreError::io("writing the fork", &e));
         }
     };
-    // Lines copied through the archive sit at new offsets: the fork's index starts empty
-    // (a read seeks from the top until the next start rebuilds it).
-    let mut index = if archived {
-        SparseIndex::default()
-    } else {
-        parent.index.read().unwrap().clone()
-    };
-    index.truncate_at_offset(prefix.end);
     let parent_meta = parent.meta();
     let state = SessionState {
         last_lsn: prefix.last_lsn,
         len: prefix.end,
-        index,
+        index: prefix.index,
         meta: SessionMeta {
             stream_id: parent_meta.stream_id.or_else(|| Some(parent.id.clone())),
             first_ts: parent_meta.first_ts,

@@ -35,10 +35,12 @@ impl Store {
         self.flush().await?;
         let vfs = self.inner.vfs.clone();
         let (log, parent_session) = (new_log.clone(), p.clone());
-        let prepared =
-            tokio::task::spawn_blocking(move || prepare(&*vfs, &parent_session, at, &log))
-                .await
-                .map_err(|e| StoreError::io("fork task", &io::Error::other(e.to_string())))??;
+        let interval = self.inner.settings.index_interval_bytes;
+        let prepared = tokio::task::spawn_blocking(move || {
+            prepare(&*vfs, &parent_session, at, &log, interval)
+        })
+        .await
+        .map_err(|e| StoreError::io("fork task", &io::Error::other(e.to_string())))??;
         let store = self.clone();
         let new_id = new.to_string();
         tokio::task::spawn_blocking(move || store.register_fork(&new_id, &new_log, prepared))

@@ -311,6 +311,7 @@ pub(crate) fn recover_session(
     });
     let scan = recovery::scan_from(
         &*file,
+        &id,
         loaded.as_ref(),
         settings.verify_on_start,
         settings.index_interval_bytes,

@@ -96,6 +96,7 @@ fn read_log(
         reason,
     };
 
+    let name: std::sync::Arc<str> = session.id.as_str().into();
     let mut out = Vec::with_capacity(limit.min(1024));
     let mut bytes = 0;
     let mut expected = start.lsn;
@@ -132,7 +133,7 @@ fn read_log(
             }
             if lsn >= from_lsn {
                 bytes += body.len();
-                out.push(EventJson::new(lsn, chunk.slice_ref(body)));
+                out.push(EventJson::new(lsn, chunk.slice_ref(body), &name));
                 if lsn >= upto || out.len() >= limit || bytes >= max_bytes {
                     return Ok(out);
                 }
@@ -248,6 +249,7 @@ pub(crate) fn query(
         if !filter.may_match_session(meta.first_ts, meta.last_ts) {
             continue;
         }
+        let name: Arc<str> = session.id.as_str().into();
         let committed = session.committed_lsn();
         let mut from = 1;
         while from <= committed {
@@ -271,7 +273,7 @@ pub(crate) fn query(
                     bytes += json.len();
                     // A copy: a slice would pin its whole read chunk for a sparse match.
                     let body = Bytes::copy_from_slice(&json[..json.len() - 1]);
-                    out.push(EventJson::new(event.lsn, body));
+                    out.push(EventJson::new(event.lsn, body, &name));
                 }
             }
         }

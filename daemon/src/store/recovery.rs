@@ -61,8 +61,9 @@ struct EnvelopeFields<'a> {
     stream_id: Cow<'a, str>,
 }
 
-fn envelope(body: &[u8]) -> Option<(u64, String)> {
-    let json = crate::event_json::EventJson::full(body);
+/// Timestamp and stream id of a stored body from the log of `session`.
+fn envelope(body: &[u8], session: &str) -> Option<(u64, String)> {
+    let json = crate::event_json::EventJson::full(body, session);
     let f: EnvelopeFields = serde_json::from_slice(&json).ok()?;
     Some((f.timestamp, f.stream_id.into_owned()))
 }
@@ -82,9 +83,16 @@ enum Bad {
 }
 
 /// Timestamp and stream id of the record at `offset`, if it is a good one.
-fn envelope_at(file: &dyn VfsFile, offset: u64) -> io::Result<Option<(u64, String)>> {
-    Ok(read_line_at(file, offset)?
-        .and_then(|l| record::open(&l).ok().and_then(|(_, body)| envelope(body))))
+fn envelope_at(
+    file: &dyn VfsFile,
+    offset: u64,
+    session: &str,
+) -> io::Result<Option<(u64, String)>> {
+    Ok(read_line_at(file, offset)?.and_then(|l| {
+        record::open(&l)
+            .ok()
+            .and_then(|(_, body)| envelope(body, session))
+    }))
 }
 
 /// Where a scan may start: from the last entry of a trustworthy index, or from the top.
@@ -119,13 +127,22 @@ pub fn scan(
     interval: u64,
     gaps: &Gaps,
 ) -> io::Result<ScanResult> {
-    scan_from(file, loaded, verify_all, interval, gaps, None)
+    scan_from(
+        file,
+        "test-session",
+        loaded,
+        verify_all,
+        interval,
+        gaps,
+        None,
+    )
 }
 
-/// [`scan`] of a log whose part before `floor` (an LSN and its offset) an archive holds:
-/// nothing before it is read (it may be a hole).
+/// [`scan`] of the log of `session` whose part before `floor` (an LSN and its offset) an
+/// archive holds: nothing before it is read (it may be a hole).
 pub fn scan_from(
     file: &dyn VfsFile,
+    session: &str,
     loaded: Option<&SparseIndex>,
     verify_all: bool,
     interval: u64,
@@ -139,6 +156,7 @@ pub fn scan_from(
         && let Some(loaded) = loaded
         && let Some(clean) = scan_clean(
             file,
+            session,
             loaded,
             interval,
             gaps,
@@ -147,13 +165,14 @@ pub fn scan_from(
     {
         return Ok(clean);
     }
-    scan_one_thread(file, loaded, verify_all, interval, gaps, floor)
+    scan_one_thread(file, session, loaded, verify_all, interval, gaps, floor)
 }
 
 /// What the scan reports for a clean log of `min_bytes` or more whose index is `loaded`,
 /// checked on two threads; `None` for any other log.
 fn scan_clean(
     file: &dyn VfsFile,
+    session: &str,
     loaded: &SparseIndex,
     interval: u64,
     gaps: &Gaps,
@@ -164,11 +183,11 @@ fn scan_clean(
         return Ok(None);
     };
     let file_len = file.len()?;
-    let (first_ts, stream_id) = match envelope_at(file, 0)? {
+    let (first_ts, stream_id) = match envelope_at(file, 0, session)? {
         Some((ts, stream)) => (ts, Some(stream)),
         None => (0, None),
     };
-    let last_ts = envelope_at(file, clean.last_offset)?.map_or(0, |(ts, _)| ts);
+    let last_ts = envelope_at(file, clean.last_offset, session)?.map_or(0, |(ts, _)| ts);
     Ok(Some(ScanResult {
         last_lsn: clean.last_lsn,
         good_len: file_len,
@@ -185,6 +204,7 @@ fn scan_clean(
 /// [`scan_from`] on this thread, record by record: decides every case, damage included.
 fn scan_one_thread(
     file: &dyn VfsFile,
+    session: &str,
     loaded: Option<&SparseIndex>,
     verify_all: bool,
     interval: u64,
@@ -236,7 +256,7 @@ fn scan_one_thread(
         match (opened, &first_bad) {
             (Some((lsn, body)), None) if lsn == expected || gaps.allows(expected - 1, lsn) => {
                 if lsn == 1
-                    && let Some((ts, stream)) = envelope(body)
+                    && let Some((ts, stream)) = envelope(body, session)
                 {
                     first_ts = ts;
                     stream_id = Some(stream);
@@ -311,12 +331,12 @@ fn scan_one_thread(
     let last_lsn = last_good.map_or(start.lsn.saturating_sub(1), |(lsn, _)| lsn);
     let last_at = last_good.or((start.offset > 0).then_some((start.lsn, start.offset)));
     let last_ts = match last_at {
-        Some((_, offset)) => envelope_at(file, offset)?.map_or(0, |(ts, _)| ts),
+        Some((_, offset)) => envelope_at(file, offset, session)?.map_or(0, |(ts, _)| ts),
         None => 0,
     };
     if stream_id.is_none() && last_lsn > 0 {
         // Scan began past the first record: read it for the session's lineage and start time.
-        if let Some((ts, stream)) = envelope_at(file, 0)? {
+        if let Some((ts, stream)) = envelope_at(file, 0, session)? {
             first_ts = ts;
             stream_id = Some(stream);
         }
@@ -519,10 +539,13 @@ mod tests {
                     });
                 }
             }
-            let one = scan_one_thread(&*file, Some(&index), true, interval, &gaps, None).unwrap();
-            let two = match scan_clean(&*file, &index, interval, &gaps, 1).unwrap() {
+            let one =
+                scan_one_thread(&*file, "s", Some(&index), true, interval, &gaps, None).unwrap();
+            let two = match scan_clean(&*file, "s", &index, interval, &gaps, 1).unwrap() {
                 Some(clean) => clean,
-                None => scan_one_thread(&*file, Some(&index), true, interval, &gaps, None).unwrap(),
+                None => {
+                    scan_one_thread(&*file, "s", Some(&index), true, interval, &gaps, None).unwrap()
+                }
             };
             assert_eq!(summary(&one), summary(&two), "round {round}");
             let clean = recovery_parallel::check_clean(&*file, &index, interval, &gaps, 1).unwrap();

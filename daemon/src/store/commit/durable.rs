@@ -33,7 +33,11 @@ pub(super) fn publish(w: Written, hub: &Hub, stats: &StoreStats) {
         let name: Arc<str> = session.id.as_str().into();
         hub.publish(w.lines.iter().map(|&(lsn, _, start, body_len)| Committed {
             session: name.clone(),
-            event: EventJson::new(lsn, Bytes::copy_from_slice(&w.buf[start..start + body_len])),
+            event: EventJson::new(
+                lsn,
+                Bytes::copy_from_slice(&w.buf[start..start + body_len]),
+                &name,
+            ),
         }));
     }
     for ((lsn, id, _, _), ack) in w.lines.into_iter().zip(w.acks) {

@@ -221,7 +221,8 @@ struct StoredEvent<'a> {
     id: &'a str,
     #[serde(rename = "type")]
     event_type: &'a str,
-    session_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session_id: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     stream_id: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -240,13 +241,20 @@ struct StoredEvent<'a> {
 }
 
 impl<'a> StoredEvent<'a> {
+    /// `e` as a line of its own session's log.
     fn new(e: &'a Event<&'a RawValue>) -> Self {
-        let left_out = CompactFields::for_event(&e.session_id, &e.stream_id, &e.id, e.timestamp);
+        let left_out = CompactFields::for_event(
+            &e.session_id,
+            &e.session_id,
+            &e.stream_id,
+            &e.id,
+            e.timestamp,
+        );
         StoredEvent {
             lsn: e.lsn,
             id: &e.id,
             event_type: &e.event_type,
-            session_id: &e.session_id,
+            session_id: (!left_out.session_id).then_some(e.session_id.as_str()),
             stream_id: (!left_out.stream_id).then_some(e.stream_id.as_str()),
             causation_id: e.causation_id.as_deref(),
             correlation_id: e.correlation_id.as_deref(),
