@@ -52,11 +52,43 @@ fn needs_escape(s: &str) -> bool {
     s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\')
 }
 
-/// The millisecond a ULID encodes.
+/// The millisecond a ULID encodes, for exactly the ids `ulid::Ulid::from_string` takes (26
+/// Crockford base-32 digits, either case): the writer and every reader must agree on which
+/// lines left their timestamp out. It runs on every event read, so it decodes the 10 digits
+/// of the time and only checks the other 16, where a full parse built the whole 128 bits.
 fn ulid_ms(id: &[u8]) -> Option<u64> {
-    let id = std::str::from_utf8(id).ok()?;
-    ulid::Ulid::from_string(id).ok().map(|u| u.timestamp_ms())
+    let id: &[u8; 26] = id.try_into().ok()?;
+    let mut ms = 0u64;
+    for &c in &id[..10] {
+        ms = ms << 5 | crockford(c)? as u64;
+    }
+    id[10..].iter().try_for_each(|&c| crockford(c).map(drop))?;
+    // 10 digits hold 50 bits; a ULID's time is the low 48 of them (the top 2 overflow 128).
+    Some(ms & ((1 << 48) - 1))
 }
+
+/// The value of a Crockford base-32 digit (no I, L, O or U), either case.
+fn crockford(c: u8) -> Option<u8> {
+    match CROCKFORD[c as usize] {
+        NOT_A_DIGIT => None,
+        v => Some(v),
+    }
+}
+
+const NOT_A_DIGIT: u8 = 0xff;
+/// Each byte's digit value, built from the alphabet at compile time.
+const CROCKFORD: [u8; 256] = {
+    const DIGITS: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+    let mut table = [NOT_A_DIGIT; 256];
+    let mut v = 0;
+    while v < 32 {
+        let d = DIGITS[v];
+        table[d as usize] = v as u8;
+        table[d.to_ascii_lowercase() as usize] = v as u8;
+        v += 1;
+    }
+    table
+};
 
 /// Where the left-out fields go back into a stored body, found once when it is read.
 #[derive(Debug, Clone, Copy, Default)]
@@ -68,6 +100,8 @@ struct Refill {
     stream: Option<(u32, Option<(u32, u32)>)>,
     /// Where `,"timestamp":<ms>` goes, and the value.
     timestamp: Option<(u32, u64)>,
+    /// The span of the event's `type` (as stored, escapes and all), found on the way.
+    kind: Option<(u32, u32)>,
 }
 
 impl Refill {
@@ -78,15 +112,22 @@ impl Refill {
     /// by field (it runs on every event read, so no searching); a body of any other shape
     /// needs nothing.
     fn find(body: &[u8]) -> Refill {
-        Self::walk(body).unwrap_or_default()
+        let mut refill = Refill::default();
+        if Self::walk(body, &mut refill).is_none() {
+            refill = Refill {
+                kind: refill.kind,
+                ..Refill::default()
+            };
+        }
+        refill
     }
 
-    fn walk(body: &[u8]) -> Option<Refill> {
+    fn walk(body: &[u8], refill: &mut Refill) -> Option<()> {
         let mut at = b"{\"lsn\":".len();
         at += body.get(at..)?.iter().position(|&c| c == b',')?;
         let id = string_field(body, &mut at, b",\"id\":\"")?;
-        string_field(body, &mut at, b",\"type\":\"")?;
-        let mut refill = Refill::default();
+        let (from, to) = string_field(body, &mut at, b",\"type\":\"")?;
+        refill.kind = Some((from as u32, to as u32));
         let session = if body[at..].starts_with(SESSION_KEY) {
             let (from, to) = string_field(body, &mut at, SESSION_KEY)?;
             Some((from as u32, to as u32))
@@ -111,18 +152,18 @@ impl Refill {
             let ms = ulid_ms(&body[id.0..id.1])?;
             refill.timestamp = Some((at as u32, ms));
         }
-        Some(refill)
+        Some(())
     }
 
     /// Writes `body` with the left-out fields back in, and its closing `}`; `session` is the
-    /// log's session, for a body that left its own out.
+    /// log's session as JSON string content ([`LogName`]), for a body that left its own out.
     fn write(&self, body: &[u8], session: &str, out: &mut Vec<u8>) {
         let mut done = 0;
         if let Some(at) = self.session {
             let at = at as usize;
             out.extend_from_slice(&body[..at]);
             out.extend_from_slice(SESSION_KEY);
-            push_str_content(session, out);
+            out.extend_from_slice(session.as_bytes());
             out.push(b'"');
             done = at;
         }
@@ -132,7 +173,7 @@ impl Refill {
             out.extend_from_slice(STREAM_KEY);
             match span {
                 Some((from, to)) => out.extend_from_slice(&body[from as usize..to as usize]),
-                None => push_str_content(session, out),
+                None => out.extend_from_slice(session.as_bytes()),
             }
             out.push(b'"');
             done = at;
@@ -148,40 +189,42 @@ impl Refill {
         out.push(b'}');
     }
 
-    /// Bytes the refilled fields add, `session` being the log's session.
+    /// Bytes the refilled fields add, `session` being the log's session ([`LogName`]).
     fn extra(&self, session: &str) -> usize {
         let own = self
             .session
-            .map_or(0, |_| SESSION_KEY.len() + str_content_len(session) + 1);
+            .map_or(0, |_| SESSION_KEY.len() + session.len() + 1);
         let stream = self.stream.map_or(0, |(_, span)| {
-            let len = span.map_or(str_content_len(session), |(from, to)| (to - from) as usize);
+            let len = span.map_or(session.len(), |(from, to)| (to - from) as usize);
             STREAM_KEY.len() + len + 1
         });
-        let timestamp = self.timestamp.map_or(0, |(_, ms)| {
-            TIMESTAMP_KEY.len() + itoa_u64(ms, &mut [0; 20]).len()
-        });
+        let timestamp = self
+            .timestamp
+            .map_or(0, |(_, ms)| TIMESTAMP_KEY.len() + digits(ms));
         own + stream + timestamp
     }
 }
 
-/// Writes `s` as a JSON string's content. A writer never leaves out a session id that needs
-/// escaping, but a log's name is not the writer's to promise, so it is escaped all the same.
-fn push_str_content(s: &str, out: &mut Vec<u8>) {
-    if needs_escape(s) {
-        let quoted = serde_json::to_vec(s).expect("a str serializes");
-        out.extend_from_slice(&quoted[1..quoted.len() - 1]);
-    } else {
-        out.extend_from_slice(s.as_bytes());
+/// A log's session id as the content of a JSON string, made once for all the events read from
+/// that log: what the refill writes where a line left its `session_id` out. A writer never
+/// leaves out an id that needs escaping, but a log's name is not the writer's to promise.
+#[derive(Debug, Clone)]
+pub struct LogName(Arc<str>);
+
+impl LogName {
+    pub fn new(session: &str) -> LogName {
+        if needs_escape(session) {
+            let quoted = serde_json::to_string(session).expect("a str serializes");
+            LogName(quoted[1..quoted.len() - 1].into())
+        } else {
+            LogName(session.into())
+        }
     }
 }
 
-/// Bytes [`push_str_content`] writes for `s`.
-fn str_content_len(s: &str) -> usize {
-    if needs_escape(s) {
-        serde_json::to_vec(s).map_or(0, |q| q.len() - 2)
-    } else {
-        s.len()
-    }
+/// Decimal digits of `n`.
+fn digits(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |d| d as usize + 1)
 }
 
 /// Reads the string field `key` (which ends in its value's opening quote) at `*at`, moves
@@ -216,16 +259,19 @@ pub struct EventJson {
     pub lsn: u64,
     body: Bytes,
     refill: Refill,
+    /// Bytes the refill adds (every reader asks for the length, some more than once).
+    extra: u32,
     /// The log's session, which a body may have left out (see [`CompactFields`]).
-    session: Arc<str>,
+    session: LogName,
 }
 
 impl EventJson {
     /// The stored `body` of record `lsn`, read from the log of `session`.
-    pub(crate) fn new(lsn: u64, body: Bytes, session: &Arc<str>) -> Self {
+    pub(crate) fn new(lsn: u64, body: Bytes, session: &LogName) -> Self {
         let refill = Refill::find(&body);
         EventJson {
             lsn,
+            extra: refill.extra(&session.0) as u32,
             body,
             refill,
             session: session.clone(),
@@ -234,7 +280,7 @@ impl EventJson {
     /// Appends the event as a complete JSON object, with every field (left out or not).
     pub fn write_to(&self, out: &mut Vec<u8>) {
         out.reserve(self.len());
-        self.refill.write(&self.body, &self.session, out);
+        self.refill.write(&self.body, &self.session.0, out);
     }
     /// Appends the event as a stored line's object that says its own session (for a copy into
     /// another session's log, a fork's prefix): the stored body with `session_id` put back
@@ -244,28 +290,35 @@ impl EventJson {
             session: self.refill.session,
             ..Refill::default()
         };
-        own.write(&self.body, &self.session, out);
+        own.write(&self.body, &self.session.0, out);
     }
     /// A stored body (a line without its crc field) from the log of `session`, as the complete
     /// JSON object a reader gets, for the store's own look at a line's fields.
     pub(crate) fn full(body: &[u8], session: &str) -> Vec<u8> {
         let refill = Refill::find(body);
-        let mut out = Vec::with_capacity(body.len() + 1 + refill.extra(session));
-        refill.write(body, session, &mut out);
+        let session = LogName::new(session);
+        let mut out = Vec::with_capacity(body.len() + 1 + refill.extra(&session.0));
+        refill.write(body, &session.0, &mut out);
         out
     }
     /// Size of the event's JSON in bytes, as [`EventJson::write_to`] writes it.
     pub fn len(&self) -> usize {
-        self.body.len() + 1 + self.refill.extra(&self.session)
+        self.body.len() + 1 + self.extra as usize
     }
     pub fn is_empty(&self) -> bool {
         false
     }
     /// Whether the event's own `type` is `event_type`. Stored events begin
-    /// `{"lsn":N,"id":"<ulid>","type":"…"`, so the first `,"type":"` is the event's.
+    /// `{"lsn":N,"id":"<ulid>","type":"…"`: the refill's walk found it, else the first
+    /// `,"type":"` is the event's.
     pub fn is_type(&self, event_type: &str) -> bool {
+        if let Some((from, to)) = self.refill.kind {
+            return &self.body[from as usize..to as usize] == event_type.as_bytes();
+        }
         const KEY: &[u8] = b",\"type\":\"";
-        let Some(at) = memchr::memmem::find(&self.body, KEY) else {
+        static FINDER: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+            std::sync::LazyLock::new(|| memchr::memmem::Finder::new(KEY));
+        let Some(at) = FINDER.find(&self.body) else {
             return false;
         };
         let rest = &self.body[at + KEY.len()..];
@@ -284,7 +337,11 @@ mod tests {
 
     /// `body` read from the log of `session`, as a reader gets it.
     fn written_in(session: &str, body: &str) -> String {
-        let e = EventJson::new(1, Bytes::copy_from_slice(body.as_bytes()), &session.into());
+        let e = EventJson::new(
+            1,
+            Bytes::copy_from_slice(body.as_bytes()),
+            &LogName::new(session),
+        );
         let mut out = Vec::new();
         e.write_to(&mut out);
         assert_eq!(out.len(), e.len(), "len() is what write_to writes");
@@ -314,7 +371,7 @@ mod tests {
         assert_eq!(odd["session_id"], "a\"b");
         assert_eq!(odd["stream_id"], "a\"b");
         // A copy for another log says its session and leaves the rest out.
-        let e = EventJson::new(7, Bytes::from(compact.clone()), &"s-1".into());
+        let e = EventJson::new(7, Bytes::from(compact.clone()), &LogName::new("s-1"));
         let mut copy = Vec::new();
         e.write_with_session(&mut copy);
         let copy = String::from_utf8(copy).unwrap();
@@ -375,6 +432,25 @@ mod tests {
     }
 
     #[test]
+    fn an_events_type_is_its_own_not_a_payloads() {
+        let is = |body: &str, t: &str| {
+            EventJson::new(
+                1,
+                Bytes::copy_from_slice(body.as_bytes()),
+                &LogName::new("s"),
+            )
+            .is_type(t)
+        };
+        let id = ulid::Ulid::from_parts(1_000, 7).to_string();
+        let line = format!(r#"{{"lsn":1,"id":"{id}","type":"a.b","payload":{{"type":"c"}}"#);
+        assert!(is(&line, "a.b"));
+        assert!(!is(&line, "a") && !is(&line, "c") && !is(&line, "a.b.c"));
+        // Another shape is searched.
+        assert!(is(r#"{"lsn":1,"x":1,"type":"a.b","payload":{}"#, "a.b"));
+        assert!(!is(r#"{"lsn":1,"x":1,"type":"a.bc"}"#, "a.b"));
+    }
+
+    #[test]
     fn which_fields_an_event_may_leave_out() {
         let id = ulid::Ulid::from_parts(1_000, 7).to_string();
         let all = CompactFields::for_event("s", "s", "s", &id, 1_000);
@@ -384,6 +460,44 @@ mod tests {
         assert!(!CompactFields::for_event("s", "s", "s", "not-a-ulid", 0).timestamp);
         assert!(!CompactFields::for_event("a\"b", "a\"b", "s", &id, 1_000).session_id);
         assert_eq!(ulid_ms(id.to_lowercase().as_bytes()), Some(1_000));
+    }
+
+    #[test]
+    fn the_millisecond_of_an_id_is_the_ulid_crates_for_every_id_it_takes() {
+        let theirs = |id: &str| ulid::Ulid::from_string(id).ok().map(|u| u.timestamp_ms());
+        let mut ids: Vec<String> = (0..2000)
+            .map(|i| {
+                ulid::Ulid::from_parts(i * 7_919_993_611 % (1 << 48), i as u128 * 31).to_string()
+            })
+            .collect();
+        ids.extend(ids.clone().iter().map(|i| i.to_lowercase()));
+        ids.extend([
+            "7ZZZZZZZZZZZZZZZZZZZZZZZZZ".into(),
+            "ZZZZZZZZZZZZZZZZZZZZZZZZZZ".into(), // past 128 bits: the crate keeps the low bits
+            "01M8FTM32VMAMSGQCNTB4JM7XI".into(), // I, L, O, U are not digits
+            "01M8FTM32VMAMSGQCNTB4JM7XL".into(),
+            "O1M8FTM32VMAMSGQCNTB4JM7XZ".into(),
+            "01M8FTM32VMAMSGQCNTB4JM7XU".into(),
+            "01M8FTM32VMAMSGQCNTB4JM7X".into(),
+            "01M8FTM32VMAMSGQCNTB4JM7XZZ".into(),
+            "01M8FTM32VMAMSGQCNTB4JM7X!".into(),
+            "01m8ftm32vmamsgqcntb4jm7xz".into(),
+            String::new(),
+        ]);
+        for id in &ids {
+            assert_eq!(ulid_ms(id.as_bytes()), theirs(id), "{id}");
+        }
+        // Every byte in every place.
+        let base = *b"01M8FTM32VMAMSGQCNTB4JM7XZ";
+        for at in [0, 9, 10, 25] {
+            for b in 0..=255u8 {
+                let mut id = base;
+                id[at] = b;
+                let text = String::from_utf8_lossy(&id).into_owned();
+                let want = std::str::from_utf8(&id).ok().and_then(theirs);
+                assert_eq!(ulid_ms(&id), want, "{text:?}");
+            }
+        }
     }
 }
 
@@ -403,7 +517,7 @@ mod cost {
         let full = format!(
             r#"{{"lsn":100000,"id":"{id}","type":"bench.event","session_id":"bench-7","stream_id":"bench-7","timestamp":1795807198596,"payload":{{"pad":"{pad}","seq":1}}"#
         );
-        let session: Arc<str> = "bench-7".into();
+        let session = LogName::new("bench-7");
         for (name, body) in [("compact", compact), ("full", full)] {
             let body = Bytes::from(body);
             let mut out = Vec::with_capacity(1 << 20);

@@ -229,7 +229,11 @@ mod tests {
         let body = format!("{{\"lsn\":{lsn},\"x\":\"{}\"", "a".repeat(size));
         let session: std::sync::Arc<str> = session.into();
         Committed {
-            event: EventJson::new(lsn, Bytes::from(body), &session),
+            event: EventJson::new(
+                lsn,
+                Bytes::from(body),
+                &crate::event_json::LogName::new(&session),
+            ),
             session,
         }
     }

@@ -83,9 +83,17 @@ impl Envelope {
     /// The stored event, if `json` may be spending or name a project (most events are
     /// neither, and are skipped unparsed); whether it is a `usage.*` event.
     pub fn of_interest(json: &[u8]) -> Option<(Envelope, bool)> {
-        let has = |s: &[u8]| memchr::memmem::find(json, s).is_some();
-        let usage = has(b"\"type\":\"usage.");
-        if !usage && !has(b"\"cwd\"") && !has(b"\"directory\"") {
+        // Built once: a searcher per call cost the index thread more than the scan itself.
+        use memchr::memmem::Finder;
+        use std::sync::LazyLock;
+        static USAGE: LazyLock<Finder<'static>> =
+            LazyLock::new(|| Finder::new(b"\"type\":\"usage."));
+        static CWD: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"cwd\""));
+        static DIRECTORY: LazyLock<Finder<'static>> =
+            LazyLock::new(|| Finder::new(b"\"directory\""));
+        let has = |f: &Finder| f.find(json).is_some();
+        let usage = has(&USAGE);
+        if !usage && !has(&CWD) && !has(&DIRECTORY) {
             return None;
         }
         let f: Fields = serde_json::from_slice(json).ok()?;

@@ -40,8 +40,10 @@ struct Payload {
 impl ToolUses {
     /// One stored event (its JSON): kept when it is a tool request with a `tool_use_id`.
     pub fn add(&mut self, json: &[u8]) {
-        // Most events are not requests: skip them without parsing.
-        if memmem::find(json, b"\"execution.tool_use\"").is_none() {
+        // Most events are not requests: skip them without parsing (the searcher built once).
+        static REQUEST: std::sync::LazyLock<memmem::Finder<'static>> =
+            std::sync::LazyLock::new(|| memmem::Finder::new(b"\"execution.tool_use\""));
+        if REQUEST.find(json).is_none() {
             return;
         }
         let Ok(r) = serde_json::from_slice::<Request>(json) else {

@@ -147,7 +147,7 @@ impl Archive {
             reason,
         };
         let frames = &self.footer.frames;
-        let name: std::sync::Arc<str> = session.into();
+        let name = crate::event_json::LogName::new(session);
         let mut out = Vec::new();
         let mut bytes = 0;
         let first = frames.partition_point(|f| f.last_lsn < from_lsn);
