@@ -62,6 +62,27 @@ impl JoinMemory {
             .cloned()
     }
 
+    /// Whether joining `drafts` (in order) would look beyond this memory: a tool result with
+    /// no cause whose request is neither remembered nor among the drafts before it. Such an
+    /// ingest is left to the shard's thread, since the look-up may read the disk.
+    pub(super) fn would_look_up(&self, drafts: &[Draft]) -> bool {
+        fn tool_use(d: &Draft) -> Option<(&str, &str)> {
+            let kind = d.event.get("type").and_then(Json::as_str)?;
+            let id = d.event.get("payload")?.get("tool_use_id")?.as_str()?;
+            Some((kind, id))
+        }
+        drafts.iter().enumerate().any(|(i, d)| match tool_use(d) {
+            Some(("execution.tool_result", id)) if !d.event.contains_key("causation_id") => {
+                self.get(&d.session_id, id).is_none()
+                    && !drafts[..i].iter().any(|e| {
+                        e.session_id == d.session_id
+                            && tool_use(e) == Some(("execution.tool_use", id))
+                    })
+            }
+            _ => false,
+        })
+    }
+
     /// A tool result without a cause gets its request's id, found by `tool_use_id` here or
     /// else by `look_up` (session, tool_use_id: see [`find_request`]); a tool request (with
     /// the id `id`) is remembered for its result.
@@ -237,6 +258,28 @@ mod tests {
         let mut r = result("s", "tu_9");
         joins.join(&mut r, "ev_res", |_, _, _| Some("ev_from_log".into()));
         assert_eq!(cause(&r), Some("ev_from_log"));
+    }
+
+    #[test]
+    fn only_a_result_whose_request_is_not_at_hand_would_be_looked_up() {
+        let mut m = JoinMemory::default();
+        m.remember("s", "t1", "01REQ");
+        assert!(!m.would_look_up(&[result("s", "t1")]), "remembered");
+        assert!(m.would_look_up(&[result("s", "t2")]), "not remembered");
+        assert!(
+            m.would_look_up(&[result("other", "t1")]),
+            "another session's"
+        );
+        assert!(
+            !m.would_look_up(&[request("s", "t2"), result("s", "t2")]),
+            "its request comes just before it"
+        );
+        assert!(m.would_look_up(&[result("s", "t2"), request("s", "t2")]));
+        let mut caused = result("s", "t3");
+        caused.event.insert("causation_id".into(), json!("01CAUSE"));
+        assert!(!m.would_look_up(&[caused]), "it names its cause");
+        assert!(!m.would_look_up(&[request("s", "t4")]));
+        assert!(!m.would_look_up(&[]));
     }
 
     #[test]

@@ -19,7 +19,7 @@ use super::draft::fallback_session;
 use super::ingest::{Ingest, IngestError};
 use super::map::map;
 use super::normalize::verbatim;
-use super::shard::Stage;
+use super::shard::{Handled, Stage};
 use super::worker::{Mapped, Worker};
 use crate::plugins::PluginSet;
 
@@ -28,12 +28,28 @@ pub(super) struct MapStage {
     pub plugins: watch::Receiver<Arc<PluginSet>>,
     /// The steps after the map; its handle on the pipeline serves the map too.
     pub worker: Worker,
+    /// A mapped ingest left for the shard's thread (see [`Stage::handle`]).
+    pub deferred: Option<Mapped>,
 }
 
 impl Stage for MapStage {
-    /// Maps one ingest, then has the worker filter, decide and append its events.
-    fn handle(&mut self, ingest: Ingest) {
-        if let Some(mapped) = self.map(ingest) {
+    /// Maps one ingest, then has the worker filter, decide and append its events; on an
+    /// async worker, a result whose request must be looked up (in the search index or the
+    /// log, which may read the disk) is left for the shard's thread once mapped.
+    fn handle(&mut self, ingest: Ingest, in_place: bool) -> Handled {
+        let Some(mapped) = self.map(ingest) else {
+            return Handled::Done;
+        };
+        if in_place && self.worker.joins.would_look_up(&mapped.drafts) {
+            self.deferred = Some(mapped);
+            return Handled::Deferred;
+        }
+        self.worker.handle(mapped);
+        Handled::Done
+    }
+
+    fn resume(&mut self) {
+        if let Some(mapped) = self.deferred.take() {
             self.worker.handle(mapped);
         }
     }

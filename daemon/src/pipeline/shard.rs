@@ -6,7 +6,10 @@
 //! state, no native call that may hang) takes the stage when it is free and handles the queue
 //! itself, on its async worker; the shard's thread (`dstream-pipe-N`) takes what it leaves
 //! (an ingest meeting a Lua or native plugin, or more than one turn's worth). Handing every
-//! ingest to the thread cost each a wake-up and two context switches.
+//! ingest to the thread cost each a wake-up and two context switches. A stage may also leave
+//! the rest of an ingest it began in place to the thread (a tool result whose request must be
+//! looked up on disk): an async worker does not wait on the disk, and the thread finishes that
+//! ingest before it takes the next, so the order holds.
 
 use std::sync::{Condvar, Mutex};
 
@@ -25,7 +28,19 @@ const IN_PLACE_STINT: usize = 32;
 /// What handles a shard's ingests, one at a time: its map stage (kept behind this trait so
 /// that the shard, which the pipeline's handle holds, does not depend on the stage's steps).
 pub(super) trait Stage: Send {
-    fn handle(&mut self, ingest: Ingest);
+    /// Handles `ingest`; `in_place` when on a caller's async worker, where the stage may
+    /// keep the rest of it for [`Stage::resume`] on the shard's thread.
+    fn handle(&mut self, ingest: Ingest, in_place: bool) -> Handled;
+    /// Finishes what `handle` left, if anything.
+    fn resume(&mut self);
+}
+
+/// How far [`Stage::handle`] went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Handled {
+    Done,
+    /// The stage keeps the rest for the shard's thread ([`Stage::resume`]).
+    Deferred,
 }
 
 /// A queued ingest, and whether any thread may handle it.
@@ -52,6 +67,8 @@ struct State {
     waiting: FairQueue<Waiting>,
     /// `None` while an ingest is being handled (by the thread or a caller).
     stage: Option<Box<dyn Stage>>,
+    /// The stage holds the rest of an ingest for the thread: nothing else goes first.
+    deferred: bool,
     closed: bool,
 }
 
@@ -61,6 +78,7 @@ impl Shard {
             state: Mutex::new(State {
                 waiting: FairQueue::default(),
                 stage: Some(stage),
+                deferred: false,
                 closed: false,
             }),
             wake: Condvar::new(),
@@ -80,7 +98,7 @@ impl Shard {
             drop(state);
             return (ingest.done)(Err(IngestError::Stopped));
         }
-        if !in_place || state.stage.is_none() {
+        if !in_place || state.stage.is_none() || state.deferred {
             // The holder of the stage, or the thread, gets to it. The permit is given back
             // when the ingest leaves the queue.
             permit.forget();
@@ -114,21 +132,41 @@ impl Shard {
                 },
             };
             drop(state);
-            stage.handle(next);
+            let handled = stage.handle(next, true);
             state = self.state.lock().unwrap();
+            if handled == Handled::Deferred {
+                if state.closed {
+                    // No thread will take it any more: finished here.
+                    stage.resume();
+                } else {
+                    state.deferred = true;
+                }
+                break;
+            }
         }
         state.stage = Some(stage);
-        let queued = !state.waiting.is_empty();
+        let queued = !state.waiting.is_empty() || state.deferred;
         drop(state);
         if queued {
             self.wake.notify_one();
         }
     }
 
-    /// The shard's thread: handles queued ingests until the shard closes.
+    /// The shard's thread: finishes what a caller left, then handles queued ingests, until
+    /// the shard closes.
     pub(super) fn run(&self) {
         let mut state = self.state.lock().unwrap();
         loop {
+            if state.deferred && state.stage.is_some() {
+                // Before anything else, closed or not: it was taken in, and is next in order.
+                let mut stage = state.stage.take().expect("checked just above");
+                state.deferred = false;
+                drop(state);
+                stage.resume();
+                state = self.state.lock().unwrap();
+                state.stage = Some(stage);
+                continue;
+            }
             if state.closed {
                 return;
             }
@@ -138,7 +176,10 @@ impl Shard {
                 let mut stage = state.stage.take().expect("checked just above");
                 drop(state);
                 self.room.add_permits(1);
-                stage.handle(next.ingest);
+                // Whatever it leaves is resumed on the next turn, before the queue.
+                if stage.handle(next.ingest, false) == Handled::Deferred {
+                    stage.resume();
+                }
                 state = self.state.lock().unwrap();
                 state.stage = Some(stage);
                 continue;
@@ -159,5 +200,118 @@ impl Shard {
         while let Some(w) = waiting.pop() {
             (w.ingest.done)(Err(IngestError::Stopped));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::thread::ThreadId;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    /// What a fake stage did: (ingest's source, "handle" or "resume", on which thread).
+    type Log = Arc<Mutex<Vec<(String, &'static str, ThreadId)>>>;
+
+    /// Leaves the rest of an ingest whose source is "defer" for the thread, when in place.
+    struct Fake {
+        log: Log,
+        deferred: Option<String>,
+    }
+
+    impl Stage for Fake {
+        fn handle(&mut self, ingest: Ingest, in_place: bool) -> Handled {
+            let me = std::thread::current().id();
+            self.log
+                .lock()
+                .unwrap()
+                .push((ingest.source.clone(), "handle", me));
+            if in_place && ingest.source == "defer" {
+                self.deferred = Some(ingest.source);
+                return Handled::Deferred;
+            }
+            Handled::Done
+        }
+        fn resume(&mut self) {
+            if let Some(source) = self.deferred.take() {
+                let me = std::thread::current().id();
+                self.log.lock().unwrap().push((source, "resume", me));
+            }
+        }
+    }
+
+    fn ingest(source: &str) -> Ingest {
+        Ingest {
+            client: 1,
+            source: source.into(),
+            raw: serde_json::value::to_raw_value(&0).unwrap(),
+            session_id: None,
+            reply_by_ms: None,
+            spooled: None,
+            gone: None,
+            done: Box::new(|_| {}),
+        }
+    }
+
+    #[test]
+    fn what_a_caller_leaves_is_finished_on_the_shards_thread_before_the_next_ingest() {
+        let log = Log::default();
+        let shard = Arc::new(Shard::new(Box::new(Fake {
+            log: log.clone(),
+            deferred: None,
+        })));
+        let thread = {
+            let shard = shard.clone();
+            std::thread::spawn(move || shard.run())
+        };
+        let shard_thread = thread.thread().id();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        for source in ["first", "defer", "after"] {
+            rt.block_on(shard.submit(ingest(source), true));
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while log.lock().unwrap().len() < 4 {
+            assert!(Instant::now() < deadline, "{:?}", log.lock().unwrap());
+            std::thread::yield_now();
+        }
+        shard.close();
+        thread.join().unwrap();
+        let log = log.lock().unwrap().clone();
+        let me = std::thread::current().id();
+        let steps: Vec<(&str, &str)> = log.iter().map(|(s, step, _)| (s.as_str(), *step)).collect();
+        assert_eq!(
+            steps,
+            [
+                ("first", "handle"),
+                ("defer", "handle"),
+                ("defer", "resume"),
+                ("after", "handle")
+            ],
+            "in order"
+        );
+        assert_eq!(log[0].2, me, "handled in place");
+        assert_eq!(log[1].2, me, "begun in place");
+        assert_eq!(log[2].2, shard_thread, "finished on the shard's thread");
+    }
+
+    #[test]
+    fn what_a_caller_leaves_as_the_shard_closes_is_still_finished() {
+        let log = Log::default();
+        let shard = Shard::new(Box::new(Fake {
+            log: log.clone(),
+            deferred: None,
+        }));
+        // No thread runs: the shard closes with the rest of an ingest left.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(shard.submit(ingest("defer"), true));
+        shard.close();
+        shard.run();
+        let steps: Vec<&str> = log.lock().unwrap().iter().map(|(_, s, _)| *s).collect();
+        assert_eq!(steps, ["handle", "resume"]);
     }
 }

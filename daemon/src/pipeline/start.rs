@@ -65,6 +65,7 @@ impl Pipeline {
                             joins: JoinMemory::default(),
                             tool_index: tool_index.clone(),
                         },
+                        deferred: None,
                     })))
                 })
                 .collect(),
