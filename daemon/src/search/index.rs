@@ -17,7 +17,7 @@ use crate::search::tool_uses::{self, ToolUses};
 use crate::search::usage_rows::{self, UsageBatch};
 
 /// Bumped whenever the schema or what is indexed changes: an older file is rebuilt.
-const SCHEMA_VERSION: i64 = 3;
+const SCHEMA_VERSION: i64 = 4;
 /// LSNs take the low bits of a document's rowid; the session's number the rest.
 const LSN_BITS: u32 = 40;
 pub const MAX_LSN: u64 = (1 << LSN_BITS) - 1;
@@ -28,6 +28,18 @@ const SCHEMA: &str = "
     CREATE TABLE types(tid INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
     CREATE TABLE docs(id INTEGER PRIMARY KEY, ts INTEGER NOT NULL, tid INTEGER NOT NULL);
     CREATE VIRTUAL TABLE fts USING fts5(text, content='', contentless_delete=1);
+    CREATE TABLE counts(docs INTEGER NOT NULL);
+    INSERT INTO counts VALUES (0);
+";
+
+/// Version 3 is version 4 less `counts`, which it gets from one count of its documents: the
+/// last time an open reads them all (a count at every open grew with the history).
+const FROM_3: &str = "
+    BEGIN;
+    CREATE TABLE counts(docs INTEGER NOT NULL);
+    INSERT INTO counts SELECT count(*) FROM docs;
+    PRAGMA user_version = 4;
+    COMMIT;
 ";
 
 #[derive(Debug, thiserror::Error)]
@@ -187,7 +199,11 @@ impl Writer {
 
     fn open_existing(dir: &Path, check: Check) -> Result<Writer, IndexError> {
         let conn = connect(dir, false)?;
-        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        let mut version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if version == 3 {
+            conn.execute_batch(FROM_3)?;
+            version = 4;
+        }
         if version != SCHEMA_VERSION {
             return Err(IndexError::Damaged(format!(
                 "schema version {version}, not {SCHEMA_VERSION}"
@@ -271,6 +287,10 @@ impl Writer {
                 fts.execute(params![id, d.text])?;
                 row.execute(params![id, d.timestamp as i64, tid])?;
             }
+            if !docs.is_empty() {
+                tx.prepare_cached("UPDATE counts SET docs = docs + ?1")?
+                    .execute([docs.len() as i64])?;
+            }
             let mut mark =
                 tx.prepare_cached("UPDATE sessions SET indexed_lsn = ?2 WHERE sid = ?1")?;
             for &(sid, lsn) in marks {
@@ -310,6 +330,7 @@ impl Writer {
             "DELETE FROM docs WHERE id BETWEEN ?1 AND ?2",
             params![lo, hi],
         )?;
+        tx.execute("UPDATE counts SET docs = docs - ?1", [n as i64])?;
         if forget {
             tx.execute("DELETE FROM sessions WHERE sid = ?1", [sid])?;
         } else {
@@ -322,11 +343,11 @@ impl Writer {
         Ok(n as u64)
     }
 
-    /// Documents in the index.
+    /// Documents in the index (kept in `counts` by every write and removal).
     pub fn doc_count(&self) -> Result<u64, IndexError> {
         let n: i64 = self
             .conn
-            .query_row("SELECT count(*) FROM docs", [], |r| r.get(0))?;
+            .query_row("SELECT docs FROM counts", [], |r| r.get(0))?;
         Ok(n as u64)
     }
 }
@@ -497,6 +518,29 @@ mod tests {
             event_type: t.into(),
             text: text.into(),
         }
+    }
+
+    #[test]
+    fn the_document_count_is_kept_and_an_index_from_before_it_is_counted_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut w, _) = Writer::open(dir.path()).unwrap();
+        let a = w.add_session("a").unwrap();
+        let docs: Vec<Doc> = (1..=5).map(|lsn| doc(a, lsn, "t", "words")).collect();
+        let none = UsageBatch::default();
+        w.write(&docs, &none, &Default::default(), &[(a, 5)])
+            .unwrap();
+        assert_eq!(w.doc_count().unwrap(), 5);
+        assert_eq!(w.remove(a, 3, false).unwrap(), 2);
+        assert_eq!(w.doc_count().unwrap(), 3);
+        // The file as version 3 left it: no `counts`.
+        w.conn
+            .execute_batch("DROP TABLE counts; PRAGMA user_version = 3;")
+            .unwrap();
+        drop(w);
+        let (w, why) = Writer::open(dir.path()).unwrap();
+        assert_eq!(why, None, "opened, not rebuilt");
+        assert_eq!(w.doc_count().unwrap(), 3);
+        assert_eq!(w.sessions().unwrap(), [(a, "a".to_string(), 3)]);
     }
 
     #[test]
