@@ -74,16 +74,7 @@ mod tests {
     use super::*;
 
     fn ingest(client: u64, n: u64) -> Ingest {
-        Ingest {
-            client,
-            source: format!("{client}:{n}"),
-            raw: serde_json::value::to_raw_value(&n).unwrap(),
-            session_id: None,
-            reply_by_ms: None,
-            spooled: None,
-            gone: None,
-            done: Box::new(|_| {}),
-        }
+        Ingest::for_test(client, &format!("{client}:{n}"), &n)
     }
 
     #[test]

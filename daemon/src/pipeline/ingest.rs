@@ -51,6 +51,21 @@ pub struct Spooled {
 }
 
 impl Ingest {
+    /// An ingest of `raw` from `client` that nobody waits on, for the pipeline's own tests.
+    #[cfg(test)]
+    pub(super) fn for_test(client: u64, source: &str, raw: &impl serde::Serialize) -> Ingest {
+        Ingest {
+            client,
+            source: source.into(),
+            raw: serde_json::value::to_raw_value(raw).unwrap(),
+            session_id: None,
+            reply_by_ms: None,
+            spooled: None,
+            gone: None,
+            done: Box::new(|_| {}),
+        }
+    }
+
     /// Nobody waits for this event's decision any more: the hook gave up, the call ran.
     pub(super) fn abandoned(&self) -> Option<&'static str> {
         if let Some(s) = &self.spooled {

@@ -242,16 +242,7 @@ mod tests {
     }
 
     fn ingest(source: &str) -> Ingest {
-        Ingest {
-            client: 1,
-            source: source.into(),
-            raw: serde_json::value::to_raw_value(&0).unwrap(),
-            session_id: None,
-            reply_by_ms: None,
-            spooled: None,
-            gone: None,
-            done: Box::new(|_| {}),
-        }
+        Ingest::for_test(1, source, &0)
     }
 
     #[test]
