@@ -19,7 +19,7 @@ use super::draft::fallback_session;
 use super::ingest::{Ingest, IngestError};
 use super::map::map;
 use super::normalize::verbatim;
-use super::shard::{Handled, Stage};
+use super::shard::Stage;
 use super::worker::{Mapped, Worker};
 use crate::plugins::PluginSet;
 
@@ -36,16 +36,19 @@ impl Stage for MapStage {
     /// Maps one ingest, then has the worker filter, decide and append its events; on an
     /// async worker, a result whose request must be looked up (in the search index or the
     /// log, which may read the disk) is left for the shard's thread once mapped.
-    fn handle(&mut self, ingest: Ingest, in_place: bool) -> Handled {
+    fn handle(&mut self, ingest: Ingest, in_place: bool) {
         let Some(mapped) = self.map(ingest) else {
-            return Handled::Done;
+            return;
         };
         if in_place && self.worker.joins.would_look_up(&mapped.drafts) {
             self.deferred = Some(mapped);
-            return Handled::Deferred;
+            return;
         }
         self.worker.handle(mapped);
-        Handled::Done
+    }
+
+    fn has_deferred(&self) -> bool {
+        self.deferred.is_some()
     }
 
     fn resume(&mut self) {

@@ -30,17 +30,11 @@ const IN_PLACE_STINT: usize = 32;
 pub(super) trait Stage: Send {
     /// Handles `ingest`; `in_place` when on a caller's async worker, where the stage may
     /// keep the rest of it for [`Stage::resume`] on the shard's thread.
-    fn handle(&mut self, ingest: Ingest, in_place: bool) -> Handled;
+    fn handle(&mut self, ingest: Ingest, in_place: bool);
+    /// Whether `handle` left the rest of an ingest: nothing else goes before it.
+    fn has_deferred(&self) -> bool;
     /// Finishes what `handle` left, if anything.
     fn resume(&mut self);
-}
-
-/// How far [`Stage::handle`] went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Handled {
-    Done,
-    /// The stage keeps the rest for the shard's thread ([`Stage::resume`]).
-    Deferred,
 }
 
 /// A queued ingest, and whether any thread may handle it.
@@ -67,8 +61,6 @@ struct State {
     waiting: FairQueue<Waiting>,
     /// `None` while an ingest is being handled (by the thread or a caller).
     stage: Option<Box<dyn Stage>>,
-    /// The stage holds the rest of an ingest for the thread: nothing else goes first.
-    deferred: bool,
     closed: bool,
 }
 
@@ -78,7 +70,6 @@ impl Shard {
             state: Mutex::new(State {
                 waiting: FairQueue::default(),
                 stage: Some(stage),
-                deferred: false,
                 closed: false,
             }),
             wake: Condvar::new(),
@@ -98,7 +89,7 @@ impl Shard {
             drop(state);
             return (ingest.done)(Err(IngestError::Stopped));
         }
-        if !in_place || state.stage.is_none() || state.deferred {
+        if !in_place || state.stage.as_ref().is_none_or(|s| s.has_deferred()) {
             // The holder of the stage, or the thread, gets to it. The permit is given back
             // when the ingest leaves the queue.
             permit.forget();
@@ -132,20 +123,18 @@ impl Shard {
                 },
             };
             drop(state);
-            let handled = stage.handle(next, true);
+            stage.handle(next, true);
             state = self.state.lock().unwrap();
-            if handled == Handled::Deferred {
+            if stage.has_deferred() {
                 if state.closed {
                     // No thread will take it any more: finished here.
                     stage.resume();
-                } else {
-                    state.deferred = true;
                 }
                 break;
             }
         }
+        let queued = !state.waiting.is_empty() || stage.has_deferred();
         state.stage = Some(stage);
-        let queued = !state.waiting.is_empty() || state.deferred;
         drop(state);
         if queued {
             self.wake.notify_one();
@@ -157,10 +146,9 @@ impl Shard {
     pub(super) fn run(&self) {
         let mut state = self.state.lock().unwrap();
         loop {
-            if state.deferred && state.stage.is_some() {
+            if state.stage.as_ref().is_some_and(|s| s.has_deferred()) {
                 // Before anything else, closed or not: it was taken in, and is next in order.
                 let mut stage = state.stage.take().expect("checked just above");
-                state.deferred = false;
                 drop(state);
                 stage.resume();
                 state = self.state.lock().unwrap();
@@ -177,9 +165,7 @@ impl Shard {
                 drop(state);
                 self.room.add_permits(1);
                 // Whatever it leaves is resumed on the next turn, before the queue.
-                if stage.handle(next.ingest, false) == Handled::Deferred {
-                    stage.resume();
-                }
+                stage.handle(next.ingest, false);
                 state = self.state.lock().unwrap();
                 state.stage = Some(stage);
                 continue;
@@ -221,7 +207,7 @@ mod tests {
     }
 
     impl Stage for Fake {
-        fn handle(&mut self, ingest: Ingest, in_place: bool) -> Handled {
+        fn handle(&mut self, ingest: Ingest, in_place: bool) {
             let me = std::thread::current().id();
             self.log
                 .lock()
@@ -229,9 +215,10 @@ mod tests {
                 .push((ingest.source.clone(), "handle", me));
             if in_place && ingest.source == "defer" {
                 self.deferred = Some(ingest.source);
-                return Handled::Deferred;
             }
-            Handled::Done
+        }
+        fn has_deferred(&self) -> bool {
+            self.deferred.is_some()
         }
         fn resume(&mut self) {
             if let Some(source) = self.deferred.take() {
