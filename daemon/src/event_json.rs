@@ -220,6 +220,16 @@ impl LogName {
             LogName(session.into())
         }
     }
+
+    /// [`LogName::new`] of a name already shared: the same allocation when it needs no
+    /// escaping (the commit path publishes both).
+    pub fn shared(session: &Arc<str>) -> LogName {
+        if needs_escape(session) {
+            LogName::new(session)
+        } else {
+            LogName(session.clone())
+        }
+    }
 }
 
 /// Decimal digits of `n`.

@@ -39,6 +39,9 @@ pub struct PluginSet {
     pub plugins: Vec<Arc<Plugin>>,
     pub errors: Vec<PluginLoadError>,
     pub dir: PathBuf,
+    /// Every `process` and `decide` plugin runs on any thread (see [`PluginSet::runs_anywhere`]):
+    /// found once at load, not at every ingest.
+    filters_anywhere: bool,
 }
 
 impl PluginSet {
@@ -53,12 +56,7 @@ impl PluginSet {
     /// and `decide`) runs on any thread: the built-in Rust ones. Then the ingest may be
     /// handled on an async worker, which a Lua state or a native call could hold up.
     pub fn runs_anywhere(&self, source: &str) -> bool {
-        self.mapper(source).is_none_or(|m| m.runs_anywhere())
-            && self
-                .plugins
-                .iter()
-                .filter(|p| p.has(Hooks::PROCESS) || p.has(Hooks::DECIDE))
-                .all(|p| p.runs_anywhere())
+        self.filters_anywhere && self.mapper(source).is_none_or(|m| m.runs_anywhere())
     }
 
     pub fn with(&self, hook: Hooks) -> impl Iterator<Item = &Arc<Plugin>> {
@@ -97,10 +95,15 @@ impl PluginSet {
         let mut plugins = loading.plugins;
         plugins
             .sort_by(|a, b| (a.meta.priority, &a.meta.name).cmp(&(b.meta.priority, &b.meta.name)));
+        let filters_anywhere = plugins
+            .iter()
+            .filter(|p| p.has(Hooks::PROCESS) || p.has(Hooks::DECIDE))
+            .all(|p| p.runs_anywhere());
         PluginSet {
             plugins,
             errors: loading.errors,
             dir: settings.dir.clone(),
+            filters_anywhere,
         }
     }
 
