@@ -3,8 +3,9 @@
 //!
 //! The fork is a copy, not a read-through: the parent's records 1..=k, read through its
 //! archive and log (so LSNs are kept), each line as stored but saying the parent's
-//! `session_id` (which the parent's own lines leave out), sealed again, go to a temporary file,
-//! which is synced and indexed as it is written; a sidecar `<new>.fork` names the parent and k. Then, under the store's session map lock (so no append can reach the new id
+//! `session_id` (which the parent's own lines leave out), sealed again, go to a temporary
+//! file, which is synced and indexed as it is written; a sidecar `<new>.fork` names the parent
+//! and k. Then, under the store's session map lock (so no append can reach the new id
 //! in between), the sidecar and the log are renamed into place, the folder synced after each,
 //! and the session registered. The log's rename is the commit point: a crash before it leaves
 //! only temporary files and perhaps a sidecar without a log, which the next start removes

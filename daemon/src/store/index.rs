@@ -89,11 +89,6 @@ impl SparseIndex {
     pub fn to_bytes(&self) -> Vec<u8> {
         self.entries.iter().flat_map(|e| e.to_bytes()).collect()
     }
-
-    /// Keeps only entries before `offset` (after the log was cut there).
-    pub fn truncate_at_offset(&mut self, offset: u64) {
-        self.entries.retain(|e| e.offset < offset);
-    }
 }
 
 #[cfg(test)]
