@@ -66,11 +66,6 @@ impl JoinMemory {
     /// no cause whose request is neither remembered nor among the drafts before it. Such an
     /// ingest is left to the shard's thread, since the look-up may read the disk.
     pub(super) fn would_look_up(&self, drafts: &[Draft]) -> bool {
-        fn tool_use(d: &Draft) -> Option<(&str, &str)> {
-            let kind = d.event.get("type").and_then(Json::as_str)?;
-            let id = d.event.get("payload")?.get("tool_use_id")?.as_str()?;
-            Some((kind, id))
-        }
         drafts.iter().enumerate().any(|(i, d)| match tool_use(d) {
             Some(("execution.tool_result", id)) if !d.event.contains_key("causation_id") => {
                 self.get(&d.session_id, id).is_none()
@@ -92,24 +87,17 @@ impl JoinMemory {
         id: &str,
         look_up: impl FnOnce(&mut JoinMemory, &str, &str) -> Option<String>,
     ) {
-        let event_type = draft.event.get("type").and_then(Json::as_str).unwrap_or("");
-        let tool_use_id = draft
-            .event
-            .get("payload")
-            .and_then(|p| p.get("tool_use_id"))
-            .and_then(Json::as_str)
-            .map(str::to_string);
-        let Some(tool_use_id) = tool_use_id else {
+        let Some((event_type, tool_use_id)) = tool_use(draft) else {
             return;
         };
         match event_type {
             "execution.tool_use" => {
-                self.remember(&draft.session_id, &tool_use_id, id);
+                self.remember(&draft.session_id, tool_use_id, id);
             }
             "execution.tool_result" if !draft.event.contains_key("causation_id") => {
                 let cause = self
-                    .get(&draft.session_id, &tool_use_id)
-                    .or_else(|| look_up(self, &draft.session_id, &tool_use_id));
+                    .get(&draft.session_id, tool_use_id)
+                    .or_else(|| look_up(self, &draft.session_id, tool_use_id));
                 if let Some(cause) = cause {
                     draft
                         .event
@@ -119,6 +107,13 @@ impl JoinMemory {
             _ => {}
         }
     }
+}
+
+/// A draft's type and `payload.tool_use_id`, when it has both.
+fn tool_use(d: &Draft) -> Option<(&str, &str)> {
+    let kind = d.event.get("type").and_then(Json::as_str)?;
+    let id = d.event.get("payload")?.get("tool_use_id")?.as_str()?;
+    Some((kind, id))
 }
 
 /// Every stored tool request, by session and `tool_use_id`.
