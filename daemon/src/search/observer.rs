@@ -228,8 +228,9 @@ impl Observer {
                 }
                 continue;
             }
-            let mut wake = rt.block_on(collect(&mut reader, &mut commands, &mut items));
-            if matches!(wake, Wake::Events) && self.busy() {
+            let burst = self.burst_batch();
+            let mut wake = rt.block_on(collect(&mut reader, &mut commands, &mut items, burst));
+            if matches!(wake, Wake::Events) && (self.busy() || items.len() >= burst) {
                 items.clear();
                 (reader, wake) = self.let_burst_pass(reader, &mut commands, &rt);
             }
@@ -271,6 +272,12 @@ impl Observer {
         let appends = self.store.stats().appends.load(Ordering::Relaxed);
         let per_sec = self.shared.busy_appends_per_sec.load(Ordering::Relaxed);
         self.pace.busy(appends, Instant::now(), per_sec)
+    }
+
+    /// How many events gathered within one linger make a burst by themselves (see `pace`).
+    fn burst_batch(&self) -> usize {
+        let per_sec = self.shared.busy_appends_per_sec.load(Ordering::Relaxed);
+        Pace::burst_within(LINGER, per_sec)
     }
 
     /// Lets a burst of appends pass: what was gathered, and all that commits meanwhile, is
@@ -592,10 +599,13 @@ impl Observer {
 
 /// Waits for the hub's next events (gathering more for up to [`LINGER`]), a command, or an
 /// idle stretch.
+/// Gathering stops at `burst` events: so many within one linger are a burst to let pass, and
+/// the hub need not hold more of it for this thread.
 async fn collect(
     reader: &mut HubReader,
     commands: &mut mpsc::UnboundedReceiver<Command>,
     items: &mut Vec<Result<Arc<Committed>, Lagged>>,
+    burst: usize,
 ) -> Wake {
     tokio::select! {
         r = reader.recv() => items.push(r),
@@ -607,7 +617,8 @@ async fn collect(
     let deadline = tokio::time::Instant::now() + LINGER;
     let mut bytes = 0;
     loop {
-        while items.len() < BATCH_EVENTS && bytes < BATCH_BYTES {
+        let most = BATCH_EVENTS.min(burst);
+        while items.len() < most && bytes < BATCH_BYTES {
             let Some(r) = reader.try_recv() else { break };
             if let Ok(c) = &r {
                 bytes += c.event.len();
@@ -615,7 +626,7 @@ async fn collect(
             items.push(r);
         }
         let now = tokio::time::Instant::now();
-        if items.len() >= BATCH_EVENTS || bytes >= BATCH_BYTES || now >= deadline {
+        if items.len() >= most || bytes >= BATCH_BYTES || now >= deadline {
             return Wake::Events;
         }
         tokio::time::sleep_until(deadline.min(now + GATHER_SLICE)).await;

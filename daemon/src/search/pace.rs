@@ -33,16 +33,33 @@ impl Pace {
     }
 
     /// Whether appends are arriving faster than `per_sec` (0: never busy): `appends` is the
-    /// store's count now. A verdict stands until a window has passed since the last one.
+    /// store's count now. A verdict stands until a window has passed since the last one, but
+    /// a quiet verdict gives way at once to a window's worth of appends: a burst that begins
+    /// just after one would otherwise be indexed for a whole window.
     pub fn busy(&mut self, appends: u64, now: Instant, per_sec: u64) -> bool {
         let elapsed = now.saturating_duration_since(self.at);
-        if elapsed >= WINDOW {
-            let added = appends.saturating_sub(self.count) as u128;
-            self.busy = per_sec > 0 && added * 1000 > per_sec as u128 * elapsed.as_millis();
+        let added = appends.saturating_sub(self.count) as u128;
+        let window_ms = WINDOW.as_millis();
+        let burst_early = elapsed < WINDOW && added * 1000 > per_sec as u128 * window_ms;
+        if elapsed >= WINDOW || (per_sec > 0 && burst_early) {
+            let over_ms = elapsed.as_millis().max(window_ms);
+            self.busy = per_sec > 0 && added * 1000 > per_sec as u128 * over_ms;
             self.count = appends;
             self.at = now;
         }
         self.busy
+    }
+
+    /// How many events arriving within `within` are more than `per_sec` allows: a batch
+    /// gathered over a linger tells a burst by itself, even when the last verdict is old (the
+    /// first batch after a quiet spell). None does at 0 per second, nor where `within` is too
+    /// short to allow even one event: there a single event says nothing of a rate.
+    pub fn burst_within(within: Duration, per_sec: u64) -> usize {
+        let allowed = per_sec as u128 * within.as_millis() / 1000;
+        if allowed == 0 {
+            return usize::MAX;
+        }
+        usize::try_from(allowed + 1).unwrap_or(usize::MAX)
     }
 }
 
@@ -64,6 +81,31 @@ mod tests {
         // Exactly the threshold is not over it.
         assert!(!pace.busy(650, ms(300), 2000));
         assert!(pace.busy(851, ms(400), 2000));
+    }
+
+    #[test]
+    fn a_burst_right_after_a_quiet_verdict_is_busy_before_the_window_ends() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut pace = Pace::new(0, t0);
+        assert!(!pace.busy(10, ms(100), 2000));
+        // 150 appends 20 ms later: under a window's allowance (200), the quiet verdict stands.
+        assert!(!pace.busy(160, ms(120), 2000));
+        // 201 since the verdict, 30 ms after it: a burst, said at once.
+        assert!(pace.busy(211, ms(130), 2000));
+        // A busy verdict still stands for its window, however quiet.
+        assert!(pace.busy(211, ms(200), 2000));
+        assert!(!pace.busy(211, ms(230), 2000));
+    }
+
+    #[test]
+    fn a_batch_gathered_over_a_linger_tells_a_burst_by_itself() {
+        let linger = Duration::from_millis(50);
+        // 2,000/s over 50 ms is 100 events: the 101st makes a burst.
+        assert_eq!(Pace::burst_within(linger, 2000), 101);
+        assert_eq!(Pace::burst_within(linger, 0), usize::MAX);
+        assert_eq!(Pace::burst_within(linger, 10), usize::MAX);
+        assert_eq!(Pace::burst_within(linger, 20), 2);
     }
 
     #[test]
