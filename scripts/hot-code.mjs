@@ -14,12 +14,14 @@
 //
 // How: the daemon runs under callgrind; its counters are dumped once it answers `hello`
 // (start-up), after it has settled (the search index opened on its own thread, start-up's code
-// given back, the `hello` connection closed), after a quiet spell with no client, after a load
-// of every common request (appends from 16 connections over 16 sessions and pipelined, ingests
-// of the captured agent payloads, reads, a live subscriber), after an idle spell (the search
-// index catching up, timers), and at exit. Functions of the binary with any cost after start-up
-// are listed: what the quiet spell and the settling ran first, so that an idle daemon touches
-// few pages, then the load's by cost, then the rest.
+// given back, the `hello` connection closed), after a quiet spell with no client, after each
+// of three loads in turn (appends from 16 connections over 16 sessions and pipelined; ingests
+// of the captured agent payloads; then every common request at once: appends, ingests, reads,
+// a live subscriber), after an idle spell (the search index catching up, timers), and at exit.
+// Functions of the binary with any cost after start-up are listed phase by phase, each by cost:
+// the quiet spell's first, so that an idle daemon touches few pages; then the appends', so that
+// an append load touches only the pages after those; then the ingests', the mixed load's, the
+// idle spell's (the index catching up), the settling's (run once, then given back) and exit's.
 
 import { spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
@@ -93,7 +95,8 @@ function fixtures(dir) {
     .map((l) => JSON.parse(l));
 }
 
-async function load(socket, seconds) {
+/** Runs the load `kinds` names ("appends", "ingests", "reads") for `seconds`. */
+async function load(socket, seconds, kinds) {
   const end = Date.now() + seconds * 1000;
   const pad = "x".repeat(200);
   const appender = async (k) => {
@@ -148,14 +151,20 @@ async function load(socket, seconds) {
   // Each source's captured payloads are in tests/fixtures/<source>/.
   const sources = ["claude-code", "opencode", "claude-agent-sdk"];
   const tasks = [];
-  for (let k = 0; k < 16; k++) tasks.push(appender(k));
-  for (let k = 0; k < 2; k++) tasks.push(pipelined(k));
-  for (const source of sources) {
-    const events = fixtures(source);
-    for (let k = 0; k < 2; k++) tasks.push(ingester(k, source, events));
+  if (kinds.includes("appends")) {
+    for (let k = 0; k < 16; k++) tasks.push(appender(k));
+    for (let k = 0; k < 2; k++) tasks.push(pipelined(k));
   }
-  for (let k = 0; k < 2; k++) tasks.push(reader(k));
-  tasks.push(subscriber());
+  if (kinds.includes("ingests")) {
+    for (const source of sources) {
+      const events = fixtures(source);
+      for (let k = 0; k < 2; k++) tasks.push(ingester(k, source, events));
+    }
+  }
+  if (kinds.includes("reads")) {
+    for (let k = 0; k < 2; k++) tasks.push(reader(k));
+    tasks.push(subscriber());
+  }
   await Promise.all(tasks);
 }
 
@@ -241,8 +250,13 @@ async function main() {
   dump("settled");
   await sleep(QUIET_SECONDS * 1000);
   dump("quiet");
-  console.error(`hot-code: load for ${LOAD_SECONDS} s`);
-  await load(socket, LOAD_SECONDS);
+  const part = LOAD_SECONDS / 3;
+  console.error(`hot-code: appends, ingests, then both with reads, ${part} s each`);
+  await load(socket, part, ["appends"]);
+  dump("appends");
+  await load(socket, part, ["ingests"]);
+  dump("ingests");
+  await load(socket, part, ["appends", "ingests", "reads"]);
   dump("load");
   await sleep(IDLE_SECONDS * 1000);
   dump("idle");
@@ -251,9 +265,9 @@ async function main() {
 
   const files = fs.readdirSync(path.dirname(dumps));
   const byPart = (n) => files.find((f) => f === `cg.${n}`);
-  // Dumps are numbered in order: 1 start-up, 2 settling, 3 quiet, 4 load, 5 idle; the last
-  // (unnumbered) is exit.
-  const phases = [byPart(3), byPart(2), byPart(4), byPart(5), "cg"].filter(Boolean).map((f) => costs(path.join(path.dirname(dumps), f)));
+  // Dumps are numbered in order: 1 start-up, 2 settling, 3 quiet, 4 appends, 5 ingests,
+  // 6 mixed load, 7 idle; the last (unnumbered) is exit.
+  const phases = [byPart(3), byPart(4), byPart(5), byPart(6), byPart(7), byPart(2), "cg"].filter(Boolean).map((f) => costs(path.join(path.dirname(dumps), f)));
   const order = [];
   const seen = new Set();
   for (const phase of phases) {
