@@ -598,9 +598,8 @@ impl Observer {
 }
 
 /// Waits for the hub's next events (gathering more for up to [`LINGER`]), a command, or an
-/// idle stretch.
-/// Gathering stops at `burst` events: so many within one linger are a burst to let pass, and
-/// the hub need not hold more of it for this thread.
+/// idle stretch. Gathering stops at `burst` events: so many within one linger are a burst to
+/// let pass, and the hub need not hold more of it for this thread.
 async fn collect(
     reader: &mut HubReader,
     commands: &mut mpsc::UnboundedReceiver<Command>,
@@ -616,8 +615,8 @@ async fn collect(
     // thread once per append cost the appenders a context switch each on a small machine.
     let deadline = tokio::time::Instant::now() + LINGER;
     let mut bytes = 0;
+    let most = BATCH_EVENTS.min(burst);
     loop {
-        let most = BATCH_EVENTS.min(burst);
         while items.len() < most && bytes < BATCH_BYTES {
             let Some(r) = reader.try_recv() else { break };
             if let Ok(c) = &r {

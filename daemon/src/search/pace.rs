@@ -40,8 +40,10 @@ impl Pace {
         let elapsed = now.saturating_duration_since(self.at);
         let added = appends.saturating_sub(self.count) as u128;
         let window_ms = WINDOW.as_millis();
-        let burst_early = elapsed < WINDOW && added * 1000 > per_sec as u128 * window_ms;
-        if elapsed >= WINDOW || (per_sec > 0 && burst_early) {
+        let burst_early =
+            per_sec > 0 && elapsed < WINDOW && added * 1000 > per_sec as u128 * window_ms;
+        if elapsed >= WINDOW || burst_early {
+            // An early burst is judged over a whole window: it already holds a window's worth.
             let over_ms = elapsed.as_millis().max(window_ms);
             self.busy = per_sec > 0 && added * 1000 > per_sec as u128 * over_ms;
             self.count = appends;
