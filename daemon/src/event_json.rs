@@ -9,6 +9,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::event_id::{self, ulid_ms};
+
+const ID_KEY: &[u8] = b",\"id\":\"";
+/// What a line that left its id out says instead: the millisecond of its commit.
+const TS_KEY: &[u8] = b",\"ts\":";
 const SESSION_KEY: &[u8] = b",\"session_id\":\"";
 const STREAM_KEY: &[u8] = b",\"stream_id\":\"";
 const TIMESTAMP_KEY: &[u8] = b",\"timestamp\":";
@@ -17,32 +22,40 @@ const PAYLOAD_KEY: &[u8] = b",\"payload\":";
 /// The fields a stored line may leave out, each when it says nothing the line and its log do
 /// not already say: `session_id` when the line is in that session's own log (the log's name
 /// says it; a fork's copied prefix keeps its parent's), `stream_id` when it equals the
-/// `session_id` (a session that is its own lineage root, the common case), `timestamp` when it
-/// equals the millisecond of the line's ULID `id` (the commit stamps both from one clock
-/// reading). A line that leaves them out is still one JSON object, and still the line a
-/// reader sees once they are put back.
+/// `session_id` (a session that is its own lineage root, the common case), `id` when it is the
+/// one the log named the event itself ([`event_id::derived`] from the session, the LSN and
+/// the millisecond: the line says `"ts":<ms>` in its place), and `timestamp` when it equals
+/// that millisecond (the commit stamps both from one clock reading). A line that leaves them
+/// out is still one JSON object, and still the line a reader sees once they are put back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CompactFields {
     pub session_id: bool,
     pub stream_id: bool,
+    pub id: bool,
     pub timestamp: bool,
 }
 
 impl CompactFields {
-    /// Which fields an event with these values may leave out, written to the log of
-    /// `log_session`.
+    /// Which fields event `lsn` with these values may leave out, written to the log `log`.
     pub fn for_event(
-        log_session: &str,
+        log: &LogName,
         session_id: &str,
         stream_id: &str,
         id: &str,
+        lsn: u64,
         timestamp: u64,
     ) -> Self {
+        // A name that needs escaping in JSON is never left out (the refill writes it as is).
+        let session_left_out = *session_id == *log.name && !needs_escape(session_id);
+        // Only in the session's own log, where the reader knows the seed without the line.
+        let id_left_out = session_left_out
+            && timestamp <= event_id::MAX_MS
+            && id.as_bytes() == event_id::encode(event_id::derived(log.seed, lsn, timestamp));
         CompactFields {
-            // A name that needs escaping in JSON is never left out (the refill writes it as is).
-            session_id: session_id == log_session && !needs_escape(session_id),
+            session_id: session_left_out,
             stream_id: stream_id == session_id,
-            timestamp: ulid_ms(id.as_bytes()) == Some(timestamp),
+            id: id_left_out,
+            timestamp: id_left_out || ulid_ms(id.as_bytes()) == Some(timestamp),
         }
     }
 }
@@ -52,47 +65,11 @@ fn needs_escape(s: &str) -> bool {
     s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\')
 }
 
-/// The millisecond a ULID encodes, for exactly the ids `ulid::Ulid::from_string` takes (26
-/// Crockford base-32 digits, either case): the writer and every reader must agree on which
-/// lines left their timestamp out. It runs on every event read, so it decodes the 10 digits
-/// of the time and only checks the other 16, where a full parse built the whole 128 bits.
-fn ulid_ms(id: &[u8]) -> Option<u64> {
-    let id: &[u8; 26] = id.try_into().ok()?;
-    let mut ms = 0u64;
-    for &c in &id[..10] {
-        ms = ms << 5 | crockford(c)? as u64;
-    }
-    id[10..].iter().try_for_each(|&c| crockford(c).map(drop))?;
-    // 10 digits hold 50 bits; a ULID's time is the low 48 of them (the top 2 overflow 128).
-    Some(ms & ((1 << 48) - 1))
-}
-
-/// The value of a Crockford base-32 digit (no I, L, O or U), either case.
-fn crockford(c: u8) -> Option<u8> {
-    match CROCKFORD[c as usize] {
-        NOT_A_DIGIT => None,
-        v => Some(v),
-    }
-}
-
-const NOT_A_DIGIT: u8 = 0xff;
-/// Each byte's digit value, built from the alphabet at compile time.
-const CROCKFORD: [u8; 256] = {
-    const DIGITS: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
-    let mut table = [NOT_A_DIGIT; 256];
-    let mut v = 0;
-    while v < 32 {
-        let d = DIGITS[v];
-        table[d as usize] = v as u8;
-        table[d.to_ascii_lowercase() as usize] = v as u8;
-        v += 1;
-    }
-    table
-};
-
 /// Where the left-out fields go back into a stored body, found once when it is read.
 #[derive(Debug, Clone, Copy, Default)]
 struct Refill {
+    /// The span of `,"ts":<ms>` that `,"id":"<ulid>"` replaces, and the id.
+    id: Option<(u32, u32, u128)>,
     /// Where `,"session_id":"<the log's session>"` goes.
     session: Option<u32>,
     /// Where `,"stream_id":"<session_id>"` goes, and the session id's span in the body (`None`:
@@ -104,16 +81,23 @@ struct Refill {
     kind: Option<(u32, u32)>,
 }
 
+/// What a stored body says after its LSN: its id, or the millisecond it was named at.
+enum Named {
+    Id((usize, usize)),
+    /// The span of `,"ts":<ms>`, and the millisecond.
+    At((usize, usize), u64),
+}
+
 impl Refill {
-    /// Finds the fields `body` left out. A stored body begins
-    /// `{"lsn":N,"id":"<ulid>","type":"…"`, then `session_id` unless it was left out, then the
-    /// optional string fields (`stream_id`, `causation_id`, `correlation_id`, `actor`), then
-    /// `timestamp` unless it was left out, then `payload`. The walk reads just that head, field
-    /// by field (it runs on every event read, so no searching); a body of any other shape
-    /// needs nothing.
-    fn find(body: &[u8]) -> Refill {
+    /// Finds the fields `body`, read from the log `log`, left out. A stored body begins
+    /// `{"lsn":N,"id":"<ulid>","type":"…"` (or `"ts":<ms>` in place of the id), then
+    /// `session_id` unless it was left out, then the optional string fields (`stream_id`,
+    /// `causation_id`, `correlation_id`, `actor`), then `timestamp` unless it was left out, then
+    /// `payload`. The walk reads just that head, field by field (it runs on every event read,
+    /// so no searching); a body of any other shape needs nothing.
+    fn find(body: &[u8], log: &LogName) -> Refill {
         let mut refill = Refill::default();
-        if Self::walk(body, &mut refill).is_none() {
+        if Self::walk(body, log, &mut refill).is_none() {
             refill = Refill {
                 kind: refill.kind,
                 ..Refill::default()
@@ -122,10 +106,21 @@ impl Refill {
         refill
     }
 
-    fn walk(body: &[u8], refill: &mut Refill) -> Option<()> {
+    fn walk(body: &[u8], log: &LogName, refill: &mut Refill) -> Option<()> {
         let mut at = b"{\"lsn\":".len();
-        at += body.get(at..)?.iter().position(|&c| c == b',')?;
-        let id = string_field(body, &mut at, b",\"id\":\"")?;
+        let lsn_digits = body.get(at..)?.iter().position(|&c| c == b',')?;
+        let lsn = decimal(&body[at..at + lsn_digits])?;
+        at += lsn_digits;
+        let named = if body[at..].starts_with(TS_KEY) {
+            let from = at;
+            at += TS_KEY.len();
+            let n = body[at..].iter().take_while(|c| c.is_ascii_digit()).count();
+            let ms = decimal(&body[at..at + n]).filter(|&ms| ms <= event_id::MAX_MS)?;
+            at += n;
+            Named::At((from, at), ms)
+        } else {
+            Named::Id(string_field(body, &mut at, ID_KEY)?)
+        };
         let (from, to) = string_field(body, &mut at, b",\"type\":\"")?;
         refill.kind = Some((from as u32, to as u32));
         let session = if body[at..].starts_with(SESSION_KEY) {
@@ -148,9 +143,20 @@ impl Refill {
                 string_field(body, &mut at, key)?;
             }
         }
+        let ms = match named {
+            Named::Id((from, to)) => ulid_ms(&body[from..to]),
+            Named::At(_, ms) => Some(ms),
+        };
         if body[at..].starts_with(PAYLOAD_KEY) {
-            let ms = ulid_ms(&body[id.0..id.1])?;
-            refill.timestamp = Some((at as u32, ms));
+            refill.timestamp = Some((at as u32, ms?));
+        }
+        if let Named::At((from, to), ms) = named {
+            // Named by the log of the session the line says, or else by this one.
+            let seed = match session {
+                Some((from, to)) => event_id::seed_of_line(&body[from as usize..to as usize]),
+                None => log.seed,
+            };
+            refill.id = Some((from as u32, to as u32, event_id::derived(seed, lsn, ms)));
         }
         Some(())
     }
@@ -159,9 +165,16 @@ impl Refill {
     /// log's session as JSON string content ([`LogName`]), for a body that left its own out.
     fn write(&self, body: &[u8], session: &str, out: &mut Vec<u8>) {
         let mut done = 0;
+        if let Some((from, to, id)) = self.id {
+            out.extend_from_slice(&body[..from as usize]);
+            out.extend_from_slice(ID_KEY);
+            out.extend_from_slice(&event_id::encode(id));
+            out.push(b'"');
+            done = to as usize;
+        }
         if let Some(at) = self.session {
             let at = at as usize;
-            out.extend_from_slice(&body[..at]);
+            out.extend_from_slice(&body[done..at]);
             out.extend_from_slice(SESSION_KEY);
             out.extend_from_slice(session.as_bytes());
             out.push(b'"');
@@ -191,6 +204,10 @@ impl Refill {
 
     /// Bytes the refilled fields add, `session` being the log's session ([`LogName`]).
     fn extra(&self, session: &str) -> usize {
+        // The id is longer than the `,"ts":<ms>` it replaces (at most 6 + 15 digits).
+        let id = self.id.map_or(0, |(from, to, _)| {
+            ID_KEY.len() + 26 + 1 - (to - from) as usize
+        });
         let own = self
             .session
             .map_or(0, |_| SESSION_KEY.len() + session.len() + 1);
@@ -201,35 +218,50 @@ impl Refill {
         let timestamp = self
             .timestamp
             .map_or(0, |(_, ms)| TIMESTAMP_KEY.len() + digits(ms));
-        own + stream + timestamp
+        id + own + stream + timestamp
     }
 }
 
 /// A log's session id as the content of a JSON string, made once for all the events read from
-/// that log: what the refill writes where a line left its `session_id` out. A writer never
-/// leaves out an id that needs escaping, but a log's name is not the writer's to promise.
+/// that log: what the refill writes where a line left its `session_id` out, and the seed of the
+/// ids its lines left out. A writer never leaves out an id that needs escaping, but a log's
+/// name is not the writer's to promise.
 #[derive(Debug, Clone)]
-pub struct LogName(Arc<str>);
+pub struct LogName {
+    name: Arc<str>,
+    seed: u128,
+}
 
 impl LogName {
     pub fn new(session: &str) -> LogName {
-        if needs_escape(session) {
+        let name: Arc<str> = if needs_escape(session) {
             let quoted = serde_json::to_string(session).expect("a str serializes");
-            LogName(quoted[1..quoted.len() - 1].into())
+            quoted[1..quoted.len() - 1].into()
         } else {
-            LogName(session.into())
+            session.into()
+        };
+        LogName {
+            seed: event_id::seed(name.as_bytes()),
+            name,
         }
     }
 
-    /// [`LogName::new`] of a name already shared: the same allocation when it needs no
-    /// escaping (the commit path publishes both).
-    pub fn shared(session: &Arc<str>) -> LogName {
-        if needs_escape(session) {
-            LogName::new(session)
-        } else {
-            LogName(session.clone())
-        }
+    /// The seed of the ids this log names ([`event_id::seed`]).
+    pub fn seed(&self) -> u128 {
+        self.seed
     }
+}
+
+/// The value of 1 to 19 decimal digits (below `u64::MAX` whatever they are).
+fn decimal(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(
+        digits
+            .iter()
+            .fold(0u64, |n, d| n * 10 + u64::from(d - b'0')),
+    )
 }
 
 /// Decimal digits of `n`.
@@ -278,10 +310,10 @@ pub struct EventJson {
 impl EventJson {
     /// The stored `body` of record `lsn`, read from the log of `session`.
     pub(crate) fn new(lsn: u64, body: Bytes, session: &LogName) -> Self {
-        let refill = Refill::find(&body);
+        let refill = Refill::find(&body, session);
         EventJson {
             lsn,
-            extra: refill.extra(&session.0) as u32,
+            extra: refill.extra(&session.name) as u32,
             body,
             refill,
             session: session.clone(),
@@ -290,7 +322,7 @@ impl EventJson {
     /// Appends the event as a complete JSON object, with every field (left out or not).
     pub fn write_to(&self, out: &mut Vec<u8>) {
         out.reserve(self.len());
-        self.refill.write(&self.body, &self.session.0, out);
+        self.refill.write(&self.body, &self.session.name, out);
     }
     /// Appends the event as a stored line's object that says its own session (for a copy into
     /// another session's log, a fork's prefix): the stored body with `session_id` put back
@@ -300,15 +332,15 @@ impl EventJson {
             session: self.refill.session,
             ..Refill::default()
         };
-        own.write(&self.body, &self.session.0, out);
+        own.write(&self.body, &self.session.name, out);
     }
     /// A stored body (a line without its crc field) from the log of `session`, as the complete
     /// JSON object a reader gets, for the store's own look at a line's fields.
     pub(crate) fn full(body: &[u8], session: &str) -> Vec<u8> {
-        let refill = Refill::find(body);
         let session = LogName::new(session);
-        let mut out = Vec::with_capacity(body.len() + 1 + refill.extra(&session.0));
-        refill.write(body, &session.0, &mut out);
+        let refill = Refill::find(body, &session);
+        let mut out = Vec::with_capacity(body.len() + 1 + refill.extra(&session.name));
+        refill.write(body, &session.name, &mut out);
         out
     }
     /// Size of the event's JSON in bytes, as [`EventJson::write_to`] writes it.
@@ -319,7 +351,7 @@ impl EventJson {
         false
     }
     /// Whether the event's own `type` is `event_type`. Stored events begin
-    /// `{"lsn":N,"id":"<ulid>","type":"…"`: the refill's walk found it, else the first
+    /// `{"lsn":N,"id":"<ulid>","type":"…"` (or `"ts":<ms>` for the id): the refill's walk found it, else the first
     /// `,"type":"` is the event's.
     pub fn is_type(&self, event_type: &str) -> bool {
         if let Some((from, to)) = self.refill.kind {
@@ -462,51 +494,68 @@ mod tests {
 
     #[test]
     fn which_fields_an_event_may_leave_out() {
+        let s = LogName::new("s");
         let id = ulid::Ulid::from_parts(1_000, 7).to_string();
-        let all = CompactFields::for_event("s", "s", "s", &id, 1_000);
-        assert!(all.session_id && all.stream_id && all.timestamp);
-        let none = CompactFields::for_event("log", "s", "p", &id, 1_001);
-        assert!(!none.session_id && !none.stream_id && !none.timestamp);
-        assert!(!CompactFields::for_event("s", "s", "s", "not-a-ulid", 0).timestamp);
-        assert!(!CompactFields::for_event("a\"b", "a\"b", "s", &id, 1_000).session_id);
+        let all = CompactFields::for_event(&s, "s", "s", &id, 3, 1_000);
+        assert!(all.session_id && all.stream_id && all.timestamp && !all.id);
+        let none = CompactFields::for_event(&LogName::new("log"), "s", "p", &id, 3, 1_001);
+        assert!(!none.session_id && !none.stream_id && !none.timestamp && !none.id);
+        assert!(!CompactFields::for_event(&s, "s", "s", "not-a-ulid", 3, 0).timestamp);
+        let odd = LogName::new("a\"b");
+        assert!(!CompactFields::for_event(&odd, "a\"b", "s", &id, 3, 1_000).session_id);
         assert_eq!(ulid_ms(id.to_lowercase().as_bytes()), Some(1_000));
+        // The id the log names itself, and only that one, at that LSN and millisecond.
+        let own = event_id::text(event_id::derived(s.seed(), 3, 1_000));
+        let named = CompactFields::for_event(&s, "s", "s", &own, 3, 1_000);
+        assert!(named.id && named.timestamp && named.session_id);
+        assert!(!CompactFields::for_event(&s, "s", "s", &own, 4, 1_000).id);
+        assert!(!CompactFields::for_event(&s, "s", "s", &own, 3, 1_001).id);
+        // Only in its own log: elsewhere the reader could not know the seed from the log.
+        assert!(!CompactFields::for_event(&LogName::new("log"), "s", "s", &own, 3, 1_000).id);
+        assert!(!CompactFields::for_event(&s, "s", "s", &own.to_lowercase(), 3, 1_000).id);
     }
 
     #[test]
-    fn the_millisecond_of_an_id_is_the_ulid_crates_for_every_id_it_takes() {
-        let theirs = |id: &str| ulid::Ulid::from_string(id).ok().map(|u| u.timestamp_ms());
-        let mut ids: Vec<String> = (0..2000)
-            .map(|i| {
-                ulid::Ulid::from_parts(i * 7_919_993_611 % (1 << 48), i as u128 * 31).to_string()
-            })
-            .collect();
-        ids.extend(ids.clone().iter().map(|i| i.to_lowercase()));
-        ids.extend([
-            "7ZZZZZZZZZZZZZZZZZZZZZZZZZ".into(),
-            "ZZZZZZZZZZZZZZZZZZZZZZZZZZ".into(), // past 128 bits: the crate keeps the low bits
-            "01M8FTM32VMAMSGQCNTB4JM7XI".into(), // I, L, O, U are not digits
-            "01M8FTM32VMAMSGQCNTB4JM7XL".into(),
-            "O1M8FTM32VMAMSGQCNTB4JM7XZ".into(),
-            "01M8FTM32VMAMSGQCNTB4JM7XU".into(),
-            "01M8FTM32VMAMSGQCNTB4JM7X".into(),
-            "01M8FTM32VMAMSGQCNTB4JM7XZZ".into(),
-            "01M8FTM32VMAMSGQCNTB4JM7X!".into(),
-            "01m8ftm32vmamsgqcntb4jm7xz".into(),
-            String::new(),
-        ]);
-        for id in &ids {
-            assert_eq!(ulid_ms(id.as_bytes()), theirs(id), "{id}");
-        }
-        // Every byte in every place.
-        let base = *b"01M8FTM32VMAMSGQCNTB4JM7XZ";
-        for at in [0, 9, 10, 25] {
-            for b in 0..=255u8 {
-                let mut id = base;
-                id[at] = b;
-                let text = String::from_utf8_lossy(&id).into_owned();
-                let want = std::str::from_utf8(&id).ok().and_then(theirs);
-                assert_eq!(ulid_ms(&id), want, "{text:?}");
-            }
+    fn a_line_that_left_its_id_out_gets_the_one_its_log_named() {
+        let ms = 1_795_807_198_596u64;
+        let id = event_id::text(event_id::derived(LogName::new("s-1").seed(), 7, ms));
+        let compact = format!(r#"{{"lsn":7,"ts":{ms},"type":"t","actor":"a","payload":{{}}"#);
+        assert_eq!(
+            written_in("s-1", &compact),
+            format!(
+                r#"{{"lsn":7,"id":"{id}","type":"t","session_id":"s-1","stream_id":"s-1","actor":"a","timestamp":{ms},"payload":{{}}}}"#
+            )
+        );
+        // Another log names other ids.
+        assert!(!written_in("s-2", &compact).contains(&id));
+        // A copy for another log (a fork's prefix) says its session, so it keeps its id.
+        let e = EventJson::new(7, Bytes::from(compact.clone()), &LogName::new("s-1"));
+        let mut copy = Vec::new();
+        e.write_with_session(&mut copy);
+        let copy = String::from_utf8(copy).unwrap();
+        assert_eq!(
+            copy,
+            format!(
+                r#"{{"lsn":7,"ts":{ms},"type":"t","session_id":"s-1","actor":"a","payload":{{}}}}"#
+            )
+        );
+        assert_eq!(
+            written_in("child", &copy[..copy.len() - 1]),
+            written_in("s-1", &compact)
+        );
+        // A line that says its own timestamp keeps it.
+        let own_ts = format!(r#"{{"lsn":7,"ts":{ms},"type":"t","timestamp":3,"payload":{{}}"#);
+        assert!(written_in("s-1", &own_ts).contains(&format!(r#""id":"{id}""#)));
+        assert!(written_in("s-1", &own_ts).contains(r#""timestamp":3,"payload""#));
+        // A millisecond past a ULID's, or not a number, is read as stored.
+        for odd in [
+            r#"{"lsn":7,"ts":281474976710656,"type":"t","payload":{}"#,
+            r#"{"lsn":7,"ts":99999999999999999999,"type":"t","payload":{}"#,
+            r#"{"lsn":7,"ts":"1","type":"t","payload":{}"#,
+            r#"{"lsn":7,"ts":,"type":"t","payload":{}"#,
+            r#"{"lsn":x,"ts":1,"type":"t","payload":{}"#,
+        ] {
+            assert_eq!(written(odd), format!("{odd}}}"));
         }
     }
 }

@@ -232,7 +232,7 @@ mod tests {
             event: EventJson::new(
                 lsn,
                 Bytes::from(body),
-                &crate::event_json::LogName::shared(&session),
+                &crate::event_json::LogName::new(&session),
             ),
             session,
         }

@@ -40,6 +40,7 @@ pub(crate) mod component;
 pub mod config;
 pub(crate) mod config_feed;
 mod connection;
+pub(crate) mod event_id;
 pub(crate) mod event_json;
 pub(crate) mod event_types;
 mod follower;

@@ -189,16 +189,26 @@ fn restart_after_sigterm_keeps_every_event_identical() {
 
     // On disk: one line per event, each with a valid CRC32C, carrying the event's fields. A
     // line leaves out what it and its log already say: `session_id` (the log's name),
-    // `stream_id` when it is the session's own, the `timestamp` when it is the millisecond of
-    // the event's ULID.
+    // `stream_id` when it is the session's own, and the `id` the log named the event with
+    // (from the session, the LSN and the millisecond, which the line keeps as `ts`) with the
+    // `timestamp`, that millisecond.
+    let mut ids = std::collections::HashSet::new();
     for s in ["r1", "r2"] {
         let recs = verify_log_file(&d.log_path(s));
         let events = c.read_all(s);
         assert_eq!(recs.len(), events.len(), "{s}: one line per event");
+        let mut last_id = String::new();
         for (rec, ev) in recs.iter().zip(&events) {
             assert!(rec.get("session_id").is_none(), "{s}: {rec}");
             assert_eq!(ev["session_id"], json!(s), "{s}: {ev}");
-            for k in ["lsn", "id", "type", "payload"] {
+            assert!(rec.get("id").is_none(), "{s}: {rec}");
+            assert_eq!(rec["ts"], ev["timestamp"], "{s}: {rec} vs {ev}");
+            assert!(ev.get("ts").is_none(), "{s}: {ev}");
+            let id = ev["id"].as_str().unwrap().to_string();
+            assert!(id > last_id, "{s}: ids increase: {id} after {last_id}");
+            assert!(ids.insert(id.clone()), "{s}: {id} is unique");
+            last_id = id;
+            for k in ["lsn", "type", "payload"] {
                 assert_eq!(
                     rec[k], ev[k],
                     "{s}: field {k} of the stored line {rec} vs read {ev}"
@@ -215,6 +225,28 @@ fn restart_after_sigterm_keeps_every_event_identical() {
             assert_eq!(ev["timestamp"], json!(id.timestamp_ms()), "{s}: {ev}");
         }
     }
+    // An event named before its commit (an agent's, by the pipeline) keeps its id on the line,
+    // and a restart reads every id back unchanged.
+    c.ok(
+        "ingest",
+        json!({"source": "claude-code", "session_id": "r3",
+               "event": {"hook_event_name": "UserPromptSubmit", "session_id": "r3", "prompt": "hi"}}),
+    );
+    let r3 = c.read_all("r3");
+    let recs = verify_log_file(&d.log_path("r3"));
+    assert_eq!(recs.len(), r3.len());
+    for (rec, ev) in recs.iter().zip(&r3) {
+        assert_eq!(rec["id"], ev["id"], "{rec} vs {ev}");
+    }
+    let before = [c.read_all("r1"), c.read_all("r2"), r3];
+    drop(c);
+    assert_eq!(d.stop().code(), Some(0));
+    d.restart();
+    let mut c = d.client();
+    assert_eq!(
+        [c.read_all("r1"), c.read_all("r2"), c.read_all("r3")],
+        before
+    );
 }
 
 #[test]
@@ -320,10 +352,11 @@ fn kill_9_under_load_loses_no_acknowledged_event() {
             events.len() + 1,
             "{s}: lines in the log vs events read"
         );
+        // The log named these events: their lines keep the millisecond in place of the id.
         for (rec, ev) in recs.iter().zip(events) {
             assert_eq!(
-                (lsn_of(rec), &rec["id"]),
-                (lsn_of(ev), &ev["id"]),
+                (lsn_of(rec), &rec["ts"]),
+                (lsn_of(ev), &ev["timestamp"]),
                 "{s}: log line vs read"
             );
         }

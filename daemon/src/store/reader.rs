@@ -96,7 +96,7 @@ fn read_log(
         reason,
     };
 
-    let name = crate::event_json::LogName::new(&session.id);
+    let name = session.log_name.clone();
     let mut out = Vec::with_capacity(limit.min(1024));
     let mut bytes = 0;
     let mut expected = start.lsn;
@@ -249,7 +249,7 @@ pub(crate) fn query(
         if !filter.may_match_session(meta.first_ts, meta.last_ts) {
             continue;
         }
-        let name = crate::event_json::LogName::new(&session.id);
+        let name = session.log_name.clone();
         let committed = session.committed_lsn();
         let mut from = 1;
         while from <= committed {

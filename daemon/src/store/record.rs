@@ -5,8 +5,9 @@
 //! └──────────────────── covered by the crc ──────────────────┘
 //! ```
 //! `jq` still reads every line, and a flipped bit anywhere in it is caught.
-//! A line may leave out `session_id`, `stream_id` and `timestamp` where they say nothing its
-//! log does not ([`crate::event_json::CompactFields`]); readers get them back.
+//! A line may leave out `session_id`, `stream_id`, `timestamp` and an `id` the log named itself
+//! (in whose place it says `"ts":<ms>`) where they say nothing its log does not
+//! ([`crate::event_json::CompactFields`]); readers get them back.
 
 /// `,"crc":"` + 8 hex digits + `"}`.
 pub const CRC_TRAILER_LEN: usize = 18;

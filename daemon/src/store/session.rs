@@ -2,6 +2,7 @@
 //! events go out on the daemon-wide [`crate::hub`]. It holds no thread and no open file: those belong to the commit
 //! thread and the [`FileCache`], so an idle session costs a few hundred bytes.
 
+use crate::event_json::LogName;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -50,6 +51,8 @@ pub struct Quarantine {
 
 pub struct Session {
     pub id: String,
+    /// The id as readers of its log need it (and the seed of the ids it names), made once.
+    pub(crate) log_name: LogName,
     pub(crate) path: PathBuf,
     quarantine: Option<Quarantine>,
     /// LSN jumps a repair left in the log (usually none).
@@ -87,6 +90,7 @@ impl Session {
             state.meta.stream_id.clone(),
         );
         Session {
+            log_name: LogName::new(&id),
             id,
             path,
             quarantine,

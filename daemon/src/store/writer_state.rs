@@ -13,7 +13,6 @@ pub(crate) struct WriterState {
     /// Index entries not yet in the `.idx` file: written at the next checkpoint, off the
     /// append path (the file is a cache; recovery extends a short one from the log).
     pub(super) unsaved_index: Vec<IndexEntry>,
-    pub(super) ids: ulid::Generator,
     /// Set when the log can no longer be trusted to match what was acknowledged.
     pub(super) failed: Option<String>,
     /// Lineage of the session, fixed by its first event.
@@ -37,7 +36,6 @@ impl WriterState {
             next_lsn,
             last_index_offset,
             unsaved_index: Vec::new(),
-            ids: ulid::Generator::new(),
             failed: None,
             stream_id,
             lease: 0,

@@ -31,13 +31,13 @@ pub(super) fn publish(w: Written, hub: &Hub, stats: &StoreStats) {
     if hub.has_readers() {
         // Copied out of the batch buffer so the hub's byte cap counts what it really holds.
         let name: Arc<str> = session.id.as_str().into();
-        let log = crate::event_json::LogName::shared(&name);
+        let log = &session.log_name;
         hub.publish(w.lines.iter().map(|&(lsn, _, start, body_len)| Committed {
             session: name.clone(),
             event: EventJson::new(
                 lsn,
                 Bytes::copy_from_slice(&w.buf[start..start + body_len]),
-                &log,
+                log,
             ),
         }));
     }

@@ -9,7 +9,8 @@ use serde_json::value::RawValue;
 use super::messages::{approx_len, fail_all};
 use super::thread::Committer;
 use super::written::{Group, Written};
-use crate::event_json::CompactFields;
+use crate::event_id;
+use crate::event_json::{CompactFields, LogName};
 use crate::store::error::StoreError;
 use crate::store::index::IndexEntry;
 use crate::store::record;
@@ -46,7 +47,6 @@ impl Committer {
             return None;
         }
         let timestamp = now_ms();
-        let stamp = std::time::UNIX_EPOCH + std::time::Duration::from_millis(timestamp);
         let mut buf = Vec::with_capacity(
             group
                 .appends
@@ -63,14 +63,10 @@ impl Committer {
         let empty: &RawValue = serde_json::from_str("{}").expect("valid json");
         for (i, (event, preset_id, ack)) in group.appends.into_iter().enumerate() {
             let lsn = state.next_lsn + i as u64;
-            // From the batch's own clock reading, so the id's millisecond is the timestamp
-            // and the line can leave the timestamp out.
+            // Named by the log, from the batch's own clock reading: the line can leave out
+            // both the id and the timestamp (see `event_id`).
             let id = preset_id.unwrap_or_else(|| {
-                state
-                    .ids
-                    .generate_from_datetime(stamp)
-                    .unwrap_or_else(|_| ulid::Ulid::from_datetime(stamp))
-                    .to_string()
+                event_id::text(event_id::derived(session.log_name.seed(), lsn, timestamp))
             });
             if lineage.is_none() {
                 let root = event
@@ -98,7 +94,7 @@ impl Committer {
                 raw: event.raw.as_deref(),
             };
             object.clear();
-            serde_json::to_writer(&mut object, &StoredEvent::new(&stored))
+            serde_json::to_writer(&mut object, &StoredEvent::new(&stored, &session.log_name))
                 .expect("serializing to a Vec cannot fail");
             let start = buf.len();
             record::seal(&object, &mut buf);
@@ -218,7 +214,11 @@ impl Committer {
 #[derive(Serialize)]
 struct StoredEvent<'a> {
     lsn: u64,
-    id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a str>,
+    /// In place of an id the log named itself: the millisecond it was named at.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ts: Option<u64>,
     #[serde(rename = "type")]
     event_type: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -241,18 +241,14 @@ struct StoredEvent<'a> {
 }
 
 impl<'a> StoredEvent<'a> {
-    /// `e` as a line of its own session's log.
-    fn new(e: &'a Event<&'a RawValue>) -> Self {
-        let left_out = CompactFields::for_event(
-            &e.session_id,
-            &e.session_id,
-            &e.stream_id,
-            &e.id,
-            e.timestamp,
-        );
+    /// `e` as a line of its own session's log, `log`.
+    fn new(e: &'a Event<&'a RawValue>, log: &LogName) -> Self {
+        let left_out =
+            CompactFields::for_event(log, &e.session_id, &e.stream_id, &e.id, e.lsn, e.timestamp);
         StoredEvent {
             lsn: e.lsn,
-            id: &e.id,
+            id: (!left_out.id).then_some(e.id.as_str()),
+            ts: left_out.id.then_some(e.timestamp),
             event_type: &e.event_type,
             session_id: (!left_out.session_id).then_some(e.session_id.as_str()),
             stream_id: (!left_out.stream_id).then_some(e.stream_id.as_str()),
