@@ -577,7 +577,10 @@ mod cost {
             r#"{{"lsn":100000,"id":"{id}","type":"bench.event","session_id":"bench-7","stream_id":"bench-7","timestamp":1795807198596,"payload":{{"pad":"{pad}","seq":1}}"#
         );
         let session = LogName::new("bench-7");
-        for (name, body) in [("compact", compact), ("full", full)] {
+        let named = format!(
+            r#"{{"lsn":100000,"ts":1795807198596,"type":"bench.event","payload":{{"pad":"{pad}","seq":1}}"#
+        );
+        for (name, body) in [("named", named), ("compact", compact), ("full", full)] {
             let body = Bytes::from(body);
             let mut out = Vec::with_capacity(1 << 20);
             let n = 2_000_000;
