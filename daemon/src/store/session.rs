@@ -2,7 +2,6 @@
 //! events go out on the daemon-wide [`crate::hub`]. It holds no thread and no open file: those belong to the commit
 //! thread and the [`FileCache`], so an idle session costs a few hundred bytes.
 
-use crate::event_json::LogName;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -15,6 +14,7 @@ use super::tombstone::Tombstone;
 use super::types::ForkOrigin;
 use super::writer_state::WriterState;
 pub use crate::event_json::EventJson;
+use crate::event_json::LogName;
 use crate::vfs::VfsFileRef;
 
 #[derive(Debug, Clone, Default)]
