@@ -377,6 +377,18 @@ mod tests {
         written_in("log-session", body)
     }
 
+    /// `body` from the log of `session`, as a copy for another log writes it.
+    fn copied_from(session: &str, body: &str) -> String {
+        let e = EventJson::new(
+            7,
+            Bytes::copy_from_slice(body.as_bytes()),
+            &LogName::new(session),
+        );
+        let mut copy = Vec::new();
+        e.write_with_session(&mut copy);
+        String::from_utf8(copy).unwrap()
+    }
+
     /// `body` read from the log of `session`, as a reader gets it.
     fn written_in(session: &str, body: &str) -> String {
         let e = EventJson::new(
@@ -413,10 +425,7 @@ mod tests {
         assert_eq!(odd["session_id"], "a\"b");
         assert_eq!(odd["stream_id"], "a\"b");
         // A copy for another log says its session and leaves the rest out.
-        let e = EventJson::new(7, Bytes::from(compact.clone()), &LogName::new("s-1"));
-        let mut copy = Vec::new();
-        e.write_with_session(&mut copy);
-        let copy = String::from_utf8(copy).unwrap();
+        let copy = copied_from("s-1", &compact);
         assert_eq!(
             copy,
             format!(
@@ -529,10 +538,7 @@ mod tests {
         // Another log names other ids.
         assert!(!written_in("s-2", &compact).contains(&id));
         // A copy for another log (a fork's prefix) says its session, so it keeps its id.
-        let e = EventJson::new(7, Bytes::from(compact.clone()), &LogName::new("s-1"));
-        let mut copy = Vec::new();
-        e.write_with_session(&mut copy);
-        let copy = String::from_utf8(copy).unwrap();
+        let copy = copied_from("s-1", &compact);
         assert_eq!(
             copy,
             format!(
