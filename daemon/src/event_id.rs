@@ -29,17 +29,17 @@ pub fn seed(session_json: &[u8]) -> u128 {
 /// its parent's name on every line, and a read of it would hash that name line after line.
 pub fn seed_of_line(session_json: &[u8]) -> u128 {
     thread_local! {
-        static LAST: std::cell::RefCell<(Vec<u8>, u128)> = const {
-            std::cell::RefCell::new((Vec::new(), 0))
+        static LAST: std::cell::RefCell<Option<(Vec<u8>, u128)>> = const {
+            std::cell::RefCell::new(None)
         };
     }
-    LAST.with_borrow_mut(|(name, seed_of_name)| {
-        if name.as_slice() != session_json || name.is_empty() {
-            *seed_of_name = seed(session_json);
-            name.clear();
-            name.extend_from_slice(session_json);
+    LAST.with_borrow_mut(|last| match last {
+        Some((name, seed_of_name)) if name.as_slice() == session_json => *seed_of_name,
+        _ => {
+            let seed_of_name = seed(session_json);
+            *last = Some((session_json.to_vec(), seed_of_name));
+            seed_of_name
         }
-        *seed_of_name
     })
 }
 

@@ -107,10 +107,9 @@ impl Refill {
     }
 
     fn walk(body: &[u8], log: &LogName, refill: &mut Refill) -> Option<()> {
+        let lsn = crate::store::record::lsn_of(body)?;
         let mut at = b"{\"lsn\":".len();
-        let lsn_digits = body.get(at..)?.iter().position(|&c| c == b',')?;
-        let lsn = decimal(&body[at..at + lsn_digits])?;
-        at += lsn_digits;
+        at += body[at..].iter().position(|&c| c == b',')?;
         let named = if body[at..].starts_with(TS_KEY) {
             let from = at;
             at += TS_KEY.len();
