@@ -1,6 +1,7 @@
 //! `dstream`: the daemon and its command-line clients.
 
 mod cli;
+mod pow;
 
 use std::process::ExitCode;
 
