@@ -61,7 +61,6 @@ mod tests {
         assert_eq!(linked, ours, "the symbol `pow` binds to this binary's");
         let glibc = glibc_pow();
         assert_ne!(glibc as usize, ours, "libm's pow is this binary's");
-        let mut worst = 0;
         // tokio's weights (0.9^polls), Lua's and SQLite's everyday powers, and edge cases.
         let mut cases: Vec<(f64, f64)> = (0..=256).map(|n| (0.9, n as f64)).collect();
         for x in [0.5, 1.5, 2.0, 3.0, 7.25, 10.0, 1e-3, 123.456, 1e10] {
@@ -78,13 +77,11 @@ mod tests {
             (1.0, f64::NAN),
         ]);
         for (x, y) in cases {
-            let (ours, theirs) = (linked_pow(x, y), glibc(x, y));
-            let apart = ulps_apart(ours, theirs);
-            assert!(apart <= 1, "pow({x}, {y}): {ours} here, {theirs} in glibc");
-            worst = worst.max(apart);
+            let (here, theirs) = (linked_pow(x, y), glibc(x, y));
+            let apart = ulps_apart(here, theirs);
+            assert!(apart <= 1, "pow({x}, {y}): {here} here, {theirs} in glibc");
         }
         assert_eq!(linked_pow(2.0, 10.0), 1024.0);
         assert_eq!(linked_pow(10.0, 15.0), 1e15);
-        assert!(worst <= 1);
     }
 }
