@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use dstream_tests::{Client, Daemon, daemon_bin};
 use serde_json::{Value, json};
 
-const N: usize = 200_000;
+/// Enough for hundreds of the archive's 32 KiB frames (the test is about crossing them, not
+/// about scale: 200,000 took a minute of the suite).
+const N: usize = 50_000;
 
 /// Appends `n` events to `session` through `dstream append` (one streaming client).
 fn append_many(d: &Daemon, session: &str, from: usize, n: usize) {
@@ -120,7 +122,7 @@ fn a_compressed_session_reads_back_identical_and_goes_on() {
     let t = Instant::now();
     assert_eq!(subscribe_all(&mut c, "big", 1, N as u64), before);
     eprintln!("subscribed in {:?}", t.elapsed());
-    for k in [1usize, 2, 511, 4096, 77_777, 150_001, N - 1, N] {
+    for k in [1usize, 2, 511, 4096, 17_777, 37_501, N - 1, N] {
         let page = c.ok(
             "read",
             json!({"session_id": "big", "from_lsn": k, "limit": 3}),

@@ -314,17 +314,31 @@ fn the_same_trouble_on_every_batch_is_asked_again_only_after_a_backoff() {
     use std::sync::atomic::Ordering::Relaxed;
     let upstream = RemoteServer::start(ServerKind::Rust);
     let hostile = HostileServer::start(&upstream.addr());
+    // A control long-poll answered at once with 204, from the start: a long-poll that went
+    // through to the real server would hold the control reads up to its 30 s timeout when
+    // the rule changed under it.
+    let quick_empty_polls = || {
+        Rule::reply(
+            Target::ControlRead,
+            204,
+            &[("stream-next-offset", "0000000000000000_0000000000000000")],
+            Body::Text(Vec::new()),
+        )
+    };
     // A 409 sequence gap on every append: each used to trigger a resync and an immediate
     // resend (10,957 of each in 10 s).
-    hostile.set(vec![Rule::reply(
-        Target::Append,
-        409,
-        &[
-            ("producer-expected-seq", "7"),
-            ("producer-received-seq", "0"),
-        ],
-        Body::Text(Vec::new()),
-    )]);
+    hostile.set(vec![
+        Rule::reply(
+            Target::Append,
+            409,
+            &[
+                ("producer-expected-seq", "7"),
+                ("producer-received-seq", "0"),
+            ],
+            Body::Text(Vec::new()),
+        ),
+        quick_empty_polls(),
+    ]);
     let d = daemon(&hostile.base_url(), 300);
     append(&d, "g", 3);
     let t0 = Instant::now();
@@ -352,21 +366,14 @@ fn the_same_trouble_on_every_batch_is_asked_again_only_after_a_backoff() {
     );
 
     // A stream that vanishes after every create: the same.
-    hostile.set(vec![Rule::reply(
-        Target::Append,
-        404,
-        &[],
-        Body::Text(Vec::new()),
-    )]);
+    hostile.set(vec![
+        Rule::reply(Target::Append, 404, &[], Body::Text(Vec::new())),
+        quick_empty_polls(),
+    ]);
     wait_state(&d, "g", "backing_off", "vanishing");
 
-    // A control long-poll answered at once with 204: read again only after a backoff.
-    hostile.set(vec![Rule::reply(
-        Target::ControlRead,
-        204,
-        &[("stream-next-offset", "0000000000000000_0000000000000000")],
-        Body::Text(Vec::new()),
-    )]);
+    // The control long-poll answered at once with 204: read again only after a backoff.
+    hostile.set(vec![quick_empty_polls()]);
     hold_checkpoint(&d, "g");
     let start = hostile.counts.control_reads.load(Relaxed);
     let t1 = Instant::now();
