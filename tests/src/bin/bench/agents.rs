@@ -8,9 +8,8 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use serde_json::Value;
 
-use crate::load::{Appender, RpcAppender};
+use crate::load::{Appender, RpcAppender, check_reply};
 use crate::rpc::Rpc;
 
 /// The captured runs the mapping plugins are measured on: (source, fixture folder).
@@ -193,6 +192,8 @@ pub struct Ingester {
     conn: RpcAppender,
     events: std::sync::Arc<Vec<String>>,
     session: String,
+    /// The request and reply buffers, kept from one call to the next.
+    req: String,
     line: String,
 }
 
@@ -206,6 +207,7 @@ impl Ingester {
             conn: RpcAppender::connect(socket, session)?,
             events,
             session: session.to_string(),
+            req: String::new(),
             line: String::new(),
         })
     }
@@ -213,19 +215,22 @@ impl Ingester {
 
 impl Appender for Ingester {
     fn append(&mut self, seq: u64) -> std::io::Result<Result<(), String>> {
+        use std::fmt::Write as _;
         let e = &self.events[seq as usize % self.events.len()];
-        let req = format!(
+        let mut req = std::mem::take(&mut self.req);
+        req.clear();
+        let _ = write!(
+            req,
             "{{\"jsonrpc\":\"2.0\",\"id\":{seq},\"method\":\"ingest\",\"params\":{{\"source\":\"claude-code\",\"event\":{e},\"session_id\":\"{}\"}}}}\n",
             self.session
         );
         let mut line = std::mem::take(&mut self.line);
-        self.conn.raw_roundtrip(&req, &mut line)?;
-        let ok = serde_json::from_str::<Value>(&line)
-            .map_err(|e| e.to_string())
-            .and_then(|v| match v.get("error") {
-                Some(err) => Err(err.to_string()),
-                None => Ok(()),
-            });
+        let sent = self.conn.raw_roundtrip(&req, &mut line);
+        self.req = req;
+        sent?;
+        // Checked as the append load checks its replies (parsing each one cost this client's
+        // thread, on the daemon's two cores, more than the append client pays).
+        let ok = check_reply(&line);
         self.line = line;
         Ok(ok)
     }
