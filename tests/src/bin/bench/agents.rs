@@ -219,9 +219,9 @@ impl Appender for Ingester {
         let e = &self.events[seq as usize % self.events.len()];
         let mut req = std::mem::take(&mut self.req);
         req.clear();
-        let _ = write!(
+        let _ = writeln!(
             req,
-            "{{\"jsonrpc\":\"2.0\",\"id\":{seq},\"method\":\"ingest\",\"params\":{{\"source\":\"claude-code\",\"event\":{e},\"session_id\":\"{}\"}}}}\n",
+            "{{\"jsonrpc\":\"2.0\",\"id\":{seq},\"method\":\"ingest\",\"params\":{{\"source\":\"claude-code\",\"event\":{e},\"session_id\":\"{}\"}}}}",
             self.session
         );
         let mut line = std::mem::take(&mut self.line);
