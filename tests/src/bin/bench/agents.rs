@@ -217,21 +217,15 @@ impl Appender for Ingester {
     fn append(&mut self, seq: u64) -> std::io::Result<Result<(), String>> {
         use std::fmt::Write as _;
         let e = &self.events[seq as usize % self.events.len()];
-        let mut req = std::mem::take(&mut self.req);
-        req.clear();
+        self.req.clear();
         let _ = writeln!(
-            req,
+            self.req,
             "{{\"jsonrpc\":\"2.0\",\"id\":{seq},\"method\":\"ingest\",\"params\":{{\"source\":\"claude-code\",\"event\":{e},\"session_id\":\"{}\"}}}}",
             self.session
         );
-        let mut line = std::mem::take(&mut self.line);
-        let sent = self.conn.raw_roundtrip(&req, &mut line);
-        self.req = req;
-        sent?;
+        self.conn.raw_roundtrip(&self.req, &mut self.line)?;
         // Checked as the append load checks its replies (parsing each one cost this client's
         // thread, on the daemon's two cores, more than the append client pays).
-        let ok = check_reply(&line);
-        self.line = line;
-        Ok(ok)
+        Ok(check_reply(&self.line))
     }
 }
